@@ -1,0 +1,80 @@
+# strata — see README.md.
+#
+#   make demo     build and run the main job end to end on a generated project
+#   make test     unit tests, brief fuzzing, integration tests as root and as an
+#                 unprivileged user (the rootless path is the main path)
+#   make bench    benchmarks against the peers, side by side (see docs/bench.md)
+#   make fuzz     longer fuzzing of every decoder
+#   make lint     gofmt, go vet, staticcheck
+#   make deps     install what a fresh Debian machine lacks (as root), or print how
+
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+# The shared corpus (a git repo + a real node_modules, ~510 MB) is cached
+# outside the repository, where an unprivileged test user can read it.
+STRATA_CACHE ?= /var/tmp/strata-cache
+STRATA_CORPUS ?= $(STRATA_CACHE)/corpus
+# ../shared/corpus is the shared original; integration/corpus is a copy for
+# clones that do not sit beside it.
+CORPUS_BUILD ?= $(firstword $(wildcard $(CURDIR)/../shared/corpus/build.sh) $(CURDIR)/integration/corpus/build.sh)
+# The unprivileged user for the rootless pass when make test runs as root.
+STRATA_TEST_USER ?= $(shell id -u strata-test >/dev/null 2>&1 && echo strata-test || echo nobody)
+FUZZTIME ?= 3s
+LONGFUZZTIME ?= 2m
+GOFLAGS_BUILD := -trimpath
+
+export STRATA_CORPUS
+
+.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
+        bench demo deps lint corpus clean crash
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata ./cmd/strata
+
+deps:
+	@bash scripts/deps.sh
+
+test: build unit fuzz-short integration
+
+unit:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+# Every Fuzz target, briefly. `make fuzz` runs them longer.
+fuzz-short:
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+fuzz:
+	@FUZZTIME=$(LONGFUZZTIME) bash scripts/fuzz.sh
+
+corpus:
+	@if [ ! -d "$(STRATA_CORPUS)/node_modules" ]; then \
+	  echo "building the shared corpus into $(STRATA_CORPUS) (1-3 minutes, once)"; \
+	  mkdir -p "$(dir $(STRATA_CORPUS))"; rm -rf "$(STRATA_CORPUS).tmp"; \
+	  bash "$(CORPUS_BUILD)" "$(STRATA_CORPUS).tmp" >/dev/null && mv "$(STRATA_CORPUS).tmp" "$(STRATA_CORPUS)"; \
+	  chmod -R a+rX "$(STRATA_CACHE)"; \
+	fi
+
+# The integration tests run against the real kernel twice: as root, and as
+# an unprivileged user (STRATA_TEST_USER when make runs as root; yourself
+# otherwise, in which case the root pass is skipped with a notice).
+integration: build corpus
+	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+bench: build corpus
+	@bash scripts/bench.sh
+
+demo: build
+	@bash scripts/demo.sh
+
+lint:
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed: go install honnef.co/go/tools/cmd/staticcheck@latest"; fi
+
+clean:
+	rm -rf $(BIN)

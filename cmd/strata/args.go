@@ -1,0 +1,117 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// permuteArgs moves each command's flags in front of its positional
+// arguments, so that `strata import DIR -b dev` works as CLI.md shows:
+// urfave/cli v2 stops parsing flags at the first positional argument.
+// Everything after "--" is left alone.
+func permuteArgs(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	rest := args[1:]
+	// Global flags come before the command; keep them where they are.
+	flags, cmds := app.Flags, app.Commands
+	for len(rest) > 0 {
+		a := rest[0]
+		if a == "--" {
+			return append(out, rest...)
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			out = append(out, a)
+			rest = rest[1:]
+			if takesValue(flags, a) && len(rest) > 0 {
+				out = append(out, rest[0])
+				rest = rest[1:]
+			}
+			continue
+		}
+		cmd := findCommand(cmds, a)
+		out = append(out, a)
+		rest = rest[1:]
+		if cmd == nil {
+			return append(out, rest...)
+		}
+		if len(cmd.Subcommands) > 0 {
+			flags, cmds = cmd.Flags, cmd.Subcommands
+			if len(rest) > 0 && findCommand(cmds, rest[0]) != nil {
+				continue
+			}
+		}
+		if cmd.SkipFlagParsing {
+			return append(out, rest...)
+		}
+		return append(out, reorder(cmd.Flags, rest)...)
+	}
+	return out
+}
+
+// reorder puts flags (and their values) first, positionals after, and keeps
+// "--" and what follows it last.
+func reorder(flags []cli.Flag, args []string) []string {
+	var fl, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			if len(pos) == 0 {
+				return append(fl, args[i:]...)
+			}
+			return append(append(append(fl, "--"), pos...), args[i+1:]...)
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			fl = append(fl, a)
+			if takesValue(flags, a) && i+1 < len(args) {
+				i++
+				fl = append(fl, args[i])
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	if len(pos) == 0 {
+		return fl
+	}
+	// "--" keeps positionals that look like flags from being parsed.
+	return append(append(fl, "--"), pos...)
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.Name == name {
+			return c
+		}
+		for _, al := range c.Aliases {
+			if al == name {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// takesValue reports whether flag token a (like "-b" or "--branch") names
+// a flag that consumes the next argument.
+func takesValue(flags []cli.Flag, a string) bool {
+	name := strings.TrimLeft(a, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != name {
+				continue
+			}
+			if _, ok := f.(*cli.BoolFlag); ok {
+				return false
+			}
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,251 @@
+// Command strata is the command-line interface of strata (see CLI.md): flag
+// parsing, output (text and --json), exit codes and progress bars. All
+// behaviour lives in the root package.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/stratafs/strata"
+	"github.com/stratafs/strata/nsexec"
+)
+
+// Exit codes (CLI.md).
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitConflict = 3
+	exitStrata   = 125 // exec/run: strata failed before or around the command
+)
+
+// usageError marks an error in how strata was called (exit 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// exitCode carries a command's own exit status (exec, run) through cli.
+type exitCode struct {
+	code int
+	err  error // what strata reports, if anything
+}
+
+func (e *exitCode) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+func (e *exitCode) Unwrap() error { return e.err }
+
+// env is what every command needs: global flags and output streams.
+type env struct {
+	home   string
+	json   bool
+	quiet  bool
+	stdout io.Writer
+	stderr io.Writer
+	tty    bool // stdout is a terminal
+}
+
+func main() {
+	nsexec.Init()
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	if f, ok := stdout.(*os.File); ok {
+		e.tty = term.IsTerminal(int(f.Fd()))
+	}
+	app := newApp(e)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := app.RunContext(ctx, permuteArgs(app, args))
+	return e.report(err)
+}
+
+func newApp(e *env) *cli.App {
+	app := &cli.App{
+		Name:                 "strata",
+		Usage:                "isolated, writable copies of a project in milliseconds, without root",
+		HideVersion:          true,
+		Writer:               e.stdout,
+		ErrWriter:            e.stderr,
+		EnableBashCompletion: false,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "home", Usage: "store directory (default $STRATA_HOME, $XDG_DATA_HOME/strata, ~/.local/share/strata)"},
+			&cli.BoolFlag{Name: "json", Usage: "machine-readable output: one JSON object per result"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress bars, no warnings, only results"},
+		},
+		Before: func(c *cli.Context) error {
+			e.json, e.quiet = c.Bool("json"), c.Bool("quiet")
+			e.home = c.String("home")
+			if e.home == "" {
+				h, err := strata.DefaultHome()
+				if err != nil {
+					return err
+				}
+				e.home = h
+			}
+			return nil
+		},
+		// Errors are reported once, by env.report.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return &usageError{err.Error()}
+		},
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(e.stderr, "strata: unknown command %q; see `strata help`\n", name)
+			os.Exit(exitUsage)
+		},
+	}
+	app.Commands = append(app.Commands, storeCommands(e)...)
+	app.Commands = append(app.Commands, doctorCommand(e))
+	for _, c := range app.Commands {
+		setUsageErrors(c)
+	}
+	return app
+}
+
+// setUsageErrors makes flag errors of every subcommand exit 2.
+func setUsageErrors(c *cli.Command) {
+	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return &usageError{err.Error()} }
+	for _, s := range c.Subcommands {
+		setUsageErrors(s)
+	}
+}
+
+// report prints err (if any) and returns the exit code. This is the one
+// place where errors become exit codes and user-facing messages.
+func (e *env) report(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var xc *exitCode
+	if errors.As(err, &xc) {
+		if xc.err != nil {
+			e.printError(xc.err, kindOf(xc.err))
+		}
+		return xc.code
+	}
+	code := exitError
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue), errors.Is(err, strata.ErrInvalidName):
+		code = exitUsage
+	case errors.Is(err, strata.ErrConflict):
+		code = exitConflict
+	}
+	if ue != nil && !e.json {
+		fmt.Fprintf(e.stderr, "strata: %s\nRun `strata help` for usage.\n", err)
+		return code
+	}
+	e.printError(err, kindOf(err))
+	return code
+}
+
+func (e *env) printError(err error, kind string) {
+	if e.json {
+		b, _ := json.Marshal(map[string]string{"error": err.Error(), "kind": kind})
+		fmt.Fprintf(e.stderr, "%s\n", b)
+		return
+	}
+	fmt.Fprintf(e.stderr, "strata: %s\n", explain(err))
+}
+
+// kindOf names an error's category for --json.
+func kindOf(err error) string {
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue):
+		return "usage"
+	case errors.Is(err, strata.ErrConflict):
+		return "conflict"
+	case errors.Is(err, strata.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, strata.ErrExists):
+		return "exists"
+	case errors.Is(err, strata.ErrInvalidName):
+		return "invalid_name"
+	case errors.Is(err, strata.ErrNoStore):
+		return "no_store"
+	case errors.Is(err, strata.ErrReadOnly):
+		return "read_only"
+	case errors.Is(err, strata.ErrNoSpace):
+		return "no_space"
+	case errors.Is(err, strata.ErrCorrupt):
+		return "corrupt"
+	case errors.Is(err, strata.ErrUnsupported):
+		return "unsupported"
+	case errors.Is(err, os.ErrPermission):
+		return "permission"
+	case errors.Is(err, context.Canceled):
+		return "interrupted"
+	}
+	return "error"
+}
+
+// explain adds what to do to errors whose message alone doesn't say.
+func explain(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, strata.ErrNoSpace):
+		return msg + "\n  the disk holding the store is full; the store is unchanged. Free space (`strata gc --prune 0s` drops unreferenced data) and retry."
+	case errors.Is(err, strata.ErrReadOnly):
+		return msg + "\n  the store cannot be written here; read-only commands (log, show, export, fsck) still work. Use --home to pick a writable store."
+	case errors.Is(err, context.Canceled):
+		return "interrupted; nothing was changed by the interrupted operation"
+	}
+	return msg
+}
+
+// out prints one result: v as a JSON line with --json, else text.
+func (e *env) out(v any, text func(w io.Writer)) error {
+	if e.json {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		return err
+	}
+	if text != nil {
+		text(e.stdout)
+	}
+	return nil
+}
+
+// warn prints a warning unless --quiet.
+func (e *env) warn(path, msg string) {
+	if e.quiet {
+		return
+	}
+	if e.json {
+		b, _ := json.Marshal(map[string]string{"warning": msg, "path": path})
+		fmt.Fprintf(e.stderr, "%s\n", b)
+		return
+	}
+	if path != "" {
+		fmt.Fprintf(e.stderr, "strata: warning: %s: %s\n", quotePath(path), msg)
+	} else {
+		fmt.Fprintf(e.stderr, "strata: warning: %s\n", msg)
+	}
+}
+
+// open opens the store named by --home.
+func (e *env) open(opts strata.OpenOptions) (*strata.Repo, error) {
+	return strata.Open(e.home, opts)
+}

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata"
+	"github.com/stratafs/strata/store"
+)
+
+func storeCommands(e *env) []*cli.Command {
+	return []*cli.Command{
+		{
+			Name:      "init",
+			Usage:     "create the store (idempotent)",
+			ArgsUsage: " ",
+			Action: func(c *cli.Context) error {
+				if c.NArg() > 0 {
+					return usagef("init takes no arguments")
+				}
+				r, err := strata.Init(e.home)
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				return e.out(map[string]string{"home": r.Home()}, func(w io.Writer) {
+					fmt.Fprintf(w, "store ready at %s\n", r.Home())
+				})
+			},
+		},
+		{
+			Name:      "import",
+			Usage:     "snapshot everything under DIR, ignored files included, as a commit on BRANCH",
+			ArgsUsage: "DIR",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "branch", Aliases: []string{"b"}, Value: strata.DefaultBranch, Usage: "branch to commit to (created if missing)"},
+				&cli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "commit message (default \"import DIR\")"},
+				&cli.StringSliceFlag{Name: "exclude", Usage: "skip paths matching GLOB (repeatable; see README)"},
+				&cli.BoolFlag{Name: "skip-unreadable", Usage: "skip files and directories that cannot be read, with a warning, instead of failing"},
+				&cli.BoolFlag{Name: "no-stat-cache", Usage: "read every file even if unchanged since the last import"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usagef("import needs exactly one DIR")
+				}
+				r, err := e.open(strata.OpenOptions{Create: true})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				p := e.progress()
+				res, err := r.Import(c.Context, c.Args().First(), strata.ImportOptions{
+					Branch:         c.String("branch"),
+					Message:        c.String("message"),
+					Exclude:        c.StringSlice("exclude"),
+					SkipUnreadable: c.Bool("skip-unreadable"),
+					NoStatCache:    c.Bool("no-stat-cache"),
+					Warn:           e.warn,
+					Progress:       p.snapshot,
+				})
+				p.done()
+				if err != nil {
+					return err
+				}
+				return e.out(res, func(w io.Writer) {
+					verb := "imported"
+					if res.Unchanged {
+						verb = "unchanged"
+					}
+					fmt.Fprintf(w, "%s %s -> %s %s (%d files, %d dirs, %d other, %s)\n",
+						verb, res.Source, res.Branch, res.Commit.Short(), res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes))
+					if !e.quiet {
+						fmt.Fprintf(w, "  read %d files, %d unchanged from the stat cache; stored %d new objects (%s) in %s\n",
+							res.FilesRead, res.CacheHits, res.NewObjects, ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Millisecond))
+					}
+				})
+			},
+		},
+		{
+			Name:      "log",
+			Usage:     "history of REF (default main)",
+			ArgsUsage: "[REF]",
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "n", Usage: "at most N commits (0: all)"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() > 1 {
+					return usagef("log takes at most one REF")
+				}
+				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				entries, err := r.Log(c.Context, c.Args().First(), c.Int("n"))
+				if err != nil {
+					return err
+				}
+				for _, le := range entries {
+					le := le
+					if err := e.out(le, func(w io.Writer) {
+						fmt.Fprintf(w, "%s %s %s\n", le.ID.Short(), time.Unix(0, le.TimeNs).Format("2006-01-02 15:04:05"), firstLine(le.Message))
+					}); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		},
+		branchCommand(e),
+		{
+			Name:      "show",
+			Usage:     "a commit, a directory listing (REF:DIR), or a file's bytes (REF:FILE)",
+			ArgsUsage: "REF[:PATH]",
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usagef("show needs exactly one REF[:PATH]")
+				}
+				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				s, err := r.Show(c.Context, c.Args().First())
+				if err != nil {
+					return err
+				}
+				if s.IsPath && s.Listing == nil && !e.json {
+					return r.WriteContent(c.Context, s, e.stdout)
+				}
+				if e.json && s.Listing != nil {
+					for _, ent := range s.Listing {
+						if err := e.out(ent, nil); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				return e.out(s, func(w io.Writer) {
+					if s.Listing != nil {
+						printListing(w, s.Listing)
+						return
+					}
+					printCommit(w, s.Commit)
+				})
+			},
+		},
+		{
+			Name:      "export",
+			Usage:     "write the full tree of REF into a new directory",
+			ArgsUsage: "REF DIR",
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 2 {
+					return usagef("export needs REF and DIR")
+				}
+				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				p := e.progress()
+				start := time.Now()
+				res, err := r.Export(c.Context, c.Args().Get(0), c.Args().Get(1), strata.ExportOptions{Warn: e.warn, Progress: p.snapshot})
+				p.done()
+				if err != nil {
+					return err
+				}
+				return e.out(res, func(w io.Writer) {
+					fmt.Fprintf(w, "exported %s -> %s (%d files, %d dirs, %d other, %s) in %s\n", res.Commit.Short(), res.Dir,
+						res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes), time.Since(start).Round(time.Millisecond))
+				})
+			},
+		},
+		{
+			Name:  "gc",
+			Usage: "drop what nothing references; evict unused caches",
+			Flags: []cli.Flag{
+				&cli.DurationFlag{Name: "prune", Value: strata.DefaultPrune, Usage: "keep commits the operation log names within this window (0s: keep none)"},
+				&cli.BoolFlag{Name: "dry-run", Aliases: []string{"n"}, Usage: "report what would be removed, remove nothing"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() > 0 {
+					return usagef("gc takes no arguments")
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				p := e.progress()
+				res, err := r.GC(c.Context, strata.GCOptions{
+					Prune:  c.Duration("prune"),
+					DryRun: c.Bool("dry-run"),
+					Progress: func(phase string, done, total int64) {
+						p.update(phase, done, total, false)
+					},
+				})
+				p.done()
+				if err != nil {
+					return err
+				}
+				return e.out(res, func(w io.Writer) {
+					verb := "removed"
+					if res.Store.DryRun {
+						verb = "would remove"
+					}
+					fmt.Fprintf(w, "gc: %s %d objects (%s); %d reachable\n", verb, res.Store.Removed, ibytes(res.Store.RemovedBytes), res.Store.Marked)
+					if res.Store.StaleLeases > 0 {
+						fmt.Fprintf(w, "gc: dropped %d leases of dead processes\n", res.Store.StaleLeases)
+					}
+				})
+			},
+		},
+		{
+			Name:  "fsck",
+			Usage: "verify every object, ref and cache; non-zero exit if damaged",
+			Action: func(c *cli.Context) error {
+				if c.NArg() > 0 {
+					return usagef("fsck takes no arguments")
+				}
+				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				p := e.progress()
+				rep, err := r.Fsck(c.Context, func(done, total int64) { p.update("verify", done, total, false) })
+				p.done()
+				if err != nil {
+					return err
+				}
+				if err := e.out(rep, func(w io.Writer) {
+					for _, pr := range rep.Problems {
+						obj := ""
+						if !pr.Object.IsZero() {
+							obj = " " + pr.Object.String()
+						}
+						fmt.Fprintf(w, "%s%s: %s\n", pr.Kind, obj, pr.Detail)
+						if len(pr.Affected) > 0 {
+							fmt.Fprintf(w, "  affects: %s\n", strings.Join(pr.Affected, ", "))
+						}
+					}
+					if rep.OK() {
+						fmt.Fprintf(w, "fsck: %d objects, %d refs: ok\n", rep.Objects, rep.Refs)
+					} else {
+						fmt.Fprintf(w, "fsck: %d objects, %d refs: %d problems\n", rep.Objects, rep.Refs, len(rep.Problems))
+					}
+				}); err != nil {
+					return err
+				}
+				if !rep.OK() {
+					return &exitCode{code: exitError, err: fmt.Errorf("fsck: the store is damaged (%d problems)", len(rep.Problems))}
+				}
+				return nil
+			},
+		},
+	}
+}
+
+func branchCommand(e *env) *cli.Command {
+	list := func(c *cli.Context) error {
+		r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		bs, err := r.Branches(c.Context)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			for _, b := range bs {
+				if err := e.out(b, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		for _, b := range bs {
+			ws := ""
+			if b.Workspace != "" {
+				ws = "[ws " + b.Workspace + "]"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.Name, b.Commit.Short(), ws, b.Message)
+		}
+		return tw.Flush()
+	}
+	return &cli.Command{
+		Name:   "branch",
+		Usage:  "list, create or delete branches",
+		Action: list,
+		Subcommands: []*cli.Command{
+			{Name: "list", Usage: "list branches", Action: list},
+			{
+				Name:      "create",
+				Usage:     "create a branch at REF",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "from", Value: strata.DefaultBranch, Usage: "REF to start from"},
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef("branch create needs exactly one NAME")
+					}
+					r, err := e.open(strata.OpenOptions{})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					name := c.Args().First()
+					id, err := r.CreateBranch(c.Context, name, c.String("from"))
+					if err != nil {
+						return err
+					}
+					return e.out(store.Ref{Name: name, Commit: id}, func(w io.Writer) {
+						fmt.Fprintf(w, "branch %s created at %s\n", name, id.Short())
+					})
+				},
+			},
+			{
+				Name:      "delete",
+				Usage:     "delete a branch (its commits stay recoverable until gc's prune window passes)",
+				ArgsUsage: "NAME",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef("branch delete needs exactly one NAME")
+					}
+					r, err := e.open(strata.OpenOptions{})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					name := c.Args().First()
+					id, err := r.DeleteBranch(c.Context, name)
+					if err != nil {
+						return err
+					}
+					return e.out(store.Ref{Name: name, Commit: id}, func(w io.Writer) {
+						fmt.Fprintf(w, "branch %s deleted (was %s)\n", name, id.Short())
+					})
+				},
+			},
+		},
+	}
+}
+
+func printCommit(w io.Writer, le strata.LogEntry) {
+	fmt.Fprintf(w, "commit %s\n", le.ID)
+	for _, p := range le.Parents {
+		fmt.Fprintf(w, "parent %s\n", p)
+	}
+	fmt.Fprintf(w, "tree   %s\n", le.Tree)
+	if le.Source != "" {
+		fmt.Fprintf(w, "source %s\n", le.Source)
+	}
+	fmt.Fprintf(w, "date   %s\n", time.Unix(0, le.TimeNs).Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "stats  %d files, %d dirs, %d other, %s\n\n", le.Stats.Files, le.Stats.Dirs, le.Stats.Other, ibytes(le.Stats.Bytes))
+	for _, line := range strings.Split(le.Message, "\n") {
+		fmt.Fprintf(w, "    %s\n", line)
+	}
+}
+
+func printListing(w io.Writer, es []strata.Entry) {
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', tabwriter.AlignRight)
+	for _, en := range es {
+		name := quotePath(en.Name)
+		if en.Target != "" {
+			name += " -> " + quotePath(en.Target)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t %s\t %s\n", modeString(en), en.UID, en.GID, en.Size,
+			time.Unix(0, en.MtimeNs).Format("2006-01-02 15:04"), name)
+	}
+	_ = tw.Flush()
+}
+
+func modeString(en strata.Entry) string {
+	m := fs.FileMode(en.Mode & 0o777)
+	if en.Mode&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if en.Mode&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if en.Mode&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	switch en.Type {
+	case "dir":
+		m |= fs.ModeDir
+	case "symlink":
+		m |= fs.ModeSymlink
+	case "fifo":
+		m |= fs.ModeNamedPipe
+	case "chardev":
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case "blockdev":
+		m |= fs.ModeDevice
+	case "socket":
+		m |= fs.ModeSocket
+	}
+	return m.String()
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func ibytes(n int64) string {
+	if n < 0 {
+		n = 0
+	}
+	return humanize.IBytes(uint64(n))
+}
+
+// readOnlyFS reports whether home cannot be written by this process (a
+// read-only filesystem or permissions), so that read-only commands still
+// work there.
+func readOnlyFS(home string) bool {
+	err := unix.Access(home, unix.W_OK)
+	return errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES)
+}

@@ -1,0 +1,267 @@
+package strata
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/landlock"
+	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/overlayfs"
+	"github.com/stratafs/strata/seccomp"
+)
+
+// Check is one thing Doctor probed.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	// Disables says what strata cannot do without it (empty when OK).
+	Disables string `json:"disables,omitempty"`
+	// Optional checks only speed things up or add features; a required
+	// one missing means workspaces do not work for this user.
+	Optional bool `json:"optional,omitempty"`
+}
+
+// DoctorReport is what this kernel and user allow.
+type DoctorReport struct {
+	Kernel   string  `json:"kernel"`
+	UID      int     `json:"uid"`
+	RealRoot bool    `json:"real_root"`
+	Checks   []Check `json:"checks"`
+}
+
+// OK reports whether every required check passed.
+func (d *DoctorReport) OK() bool {
+	for _, c := range d.Checks {
+		if !c.OK && !c.Optional {
+			return false
+		}
+	}
+	return true
+}
+
+// Doctor probes what this kernel and user allow: user namespaces,
+// unprivileged overlay and its options, Landlock, seccomp and cgroup v2
+// delegation, and says what each missing piece disables. scratchParent is
+// a directory on the filesystem workspaces will use (the store); Doctor
+// makes and removes a scratch directory in it.
+func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	rep := &DoctorReport{
+		Kernel:   unix.ByteSliceToString(uts.Release[:]),
+		UID:      os.Getuid(),
+		RealRoot: nsexec.RealRoot(),
+	}
+	add := func(c Check) { rep.Checks = append(rep.Checks, c) }
+
+	if err := os.MkdirAll(scratchParent, 0o700); err != nil {
+		scratchParent = os.TempDir()
+	}
+	scratch, err := os.MkdirTemp(scratchParent, ".doctor-")
+	if err != nil {
+		add(Check{Name: "scratch", Detail: err.Error(), Disables: "every probe below"})
+		return rep
+	}
+	defer os.RemoveAll(scratch)
+
+	// Rootless: user namespace + overlay inside it.
+	userFeat, userErr := nsexec.ProbeOverlay(ctx, mkdirIn(scratch, "user"), true)
+	switch {
+	case errors.Is(userErr, nsexec.ErrNoUserNS):
+		add(Check{Name: "user namespaces", Detail: userErr.Error(),
+			Disables: "rootless workspaces (exec, shell, run) — every workspace command needs root"})
+	case userErr != nil:
+		add(Check{Name: "user namespaces", Detail: userErr.Error(), Disables: "rootless workspaces"})
+	default:
+		add(Check{Name: "user namespaces", OK: true, Detail: "unprivileged user + mount namespaces work" + hintIfSet()})
+	}
+	if userErr == nil {
+		add(featureCheck(userFeat, "overlay", "unprivileged overlay", userFeat.Overlay,
+			"overlay mounts inside a user namespace", "rootless workspaces: needs Linux 5.11+ (or root)", false))
+		add(featureCheck(userFeat, "userxattr", "userxattr", userFeat.UserXattr,
+			"overlay keeps whiteouts and opaque dirs in user.overlay.* xattrs", "rootless workspaces: needs Linux 5.11+", false))
+		add(featureCheck(userFeat, "lowerdir_plus", "fsconfig lowerdir+", userFeat.LowerdirPlus,
+			"layers are passed one by one (fsconfig lowerdir+), no page limit", "nothing: strata falls back to short relative paths within mount(2)'s one-page option limit (Linux 6.8+ has lowerdir+)", true))
+		add(featureCheck(userFeat, "whiteout", "whiteouts", userFeat.Whiteout,
+			"mknod c 0 0 works for layer whiteouts", "deleting files in a layer; needs Linux 5.8+", false))
+		add(featureCheck(userFeat, "user_xattrs", "user xattrs on the store's filesystem", userFeat.UserXattrs,
+			"user.* xattrs work where layers and uppers live ("+userFeat.FSType+")", "opaque directories in rootless layers: keep the store on ext4, xfs, btrfs or tmpfs (6.6+)", false))
+	}
+	if rep.RealRoot {
+		rootFeat, err := nsexec.ProbeOverlay(ctx, mkdirIn(scratch, "root"), false)
+		if err != nil {
+			add(Check{Name: "redirect_dir", Detail: err.Error(), Optional: true,
+				Disables: "renaming lower directories as root (falls back to EXDEV as rootless)"})
+		} else {
+			add(featureCheck(rootFeat, "redirect_dir", "redirect_dir", rootFeat.RedirectDir,
+				"as root, renaming a directory from a lower layer works (overlay.redirect)", "renaming lower directories: rename(2) returns EXDEV and tools copy instead", true))
+		}
+	} else {
+		add(Check{Name: "redirect_dir", Optional: true, Detail: "needs real root: the kernel forbids redirect_dir with userxattr",
+			Disables: "renaming a directory that exists in a lower layer returns EXDEV inside rootless workspaces; mv, npm and pip fall back to copying, os.rename and `git mv DIR` do not"})
+	}
+
+	abi, err := landlock.ABI()
+	if err != nil || abi == 0 {
+		detail := "not available"
+		if err != nil {
+			detail = err.Error()
+		}
+		add(Check{Name: "landlock", Detail: detail,
+			Disables: "the filesystem fence of --sandbox agent/strict: commands can read and write everything the user can (boot with lsm=...,landlock on Linux 5.13+)"})
+	} else {
+		add(Check{Name: "landlock", OK: true, Detail: fmt.Sprintf("ABI %d: %s", abi, landlockABIFeatures(abi))})
+	}
+
+	if ok, detail := seccomp.Available(); ok {
+		add(Check{Name: "seccomp", OK: true, Detail: detail})
+	} else {
+		add(Check{Name: "seccomp", Detail: detail,
+			Disables: "the syscall deny list of --sandbox agent/strict (ptrace, mount, bpf, io_uring, namespaces)"})
+	}
+
+	add(cgroupCheck())
+	add(subIDCheck())
+	return rep
+}
+
+func hintIfSet() string {
+	if h := nsexec.UserNSHint(); strings.Contains(h, "=") && !strings.Contains(h, "CONFIG_USER_NS") {
+		return " (note: " + h + ")"
+	}
+	return ""
+}
+
+func mkdirIn(parent, name string) string {
+	p := filepath.Join(parent, name)
+	_ = os.Mkdir(p, 0o700)
+	return p
+}
+
+func featureCheck(f overlayfs.Features, key, name string, ok bool, okDetail, disables string, optional bool) Check {
+	c := Check{Name: name, OK: ok, Optional: optional}
+	if ok {
+		c.Detail = okDetail
+		return c
+	}
+	c.Detail = f.Errors[key]
+	if c.Detail == "" {
+		c.Detail = "not supported"
+	}
+	c.Disables = disables
+	return c
+}
+
+func landlockABIFeatures(abi int) string {
+	feats := []string{"filesystem access (1)"}
+	if abi >= 2 {
+		feats = append(feats, "cross-directory rename/link (2)")
+	}
+	if abi >= 3 {
+		feats = append(feats, "truncate (3)")
+	}
+	if abi >= 4 {
+		feats = append(feats, "TCP bind/connect (4)")
+	}
+	if abi >= 5 {
+		feats = append(feats, "device ioctl (5)")
+	}
+	if abi >= 6 {
+		feats = append(feats, "signal and abstract-socket scoping (6)")
+	}
+	if abi >= 7 {
+		feats = append(feats, "audit logging (7)")
+	}
+	return strings.Join(feats, ", ")
+}
+
+// cgroupCheck reports whether cgroup v2 is mounted and this user may manage
+// its own cgroup (systemd delegation): that is what freezing a workspace's
+// processes during commit, and resource limits, need.
+func cgroupCheck() Check {
+	const disables = "freezing a workspace's processes with cgroup.freeze during commit (strata stops them with SIGSTOP instead) and per-workspace resource limits"
+	c := Check{Name: "cgroup v2 delegation", Optional: true}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		c.Detail, c.Disables = "cgroup v2 is not mounted at /sys/fs/cgroup", disables
+		return c
+	}
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		c.Detail, c.Disables = err.Error(), disables
+		return c
+	}
+	defer f.Close()
+	var rel string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
+			rel = p
+		}
+	}
+	dir := filepath.Join("/sys/fs/cgroup", rel)
+	if err := unix.Access(filepath.Join(dir, "cgroup.procs"), unix.W_OK); err != nil {
+		c.Detail = fmt.Sprintf("cgroup %s is not writable by uid %d (no delegation)", rel, os.Getuid())
+		c.Disables = disables
+		return c
+	}
+	ctrl, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	c.OK = true
+	c.Detail = fmt.Sprintf("cgroup %s is writable; controllers: %s", rel, strings.TrimSpace(string(ctrl)))
+	return c
+}
+
+// subIDCheck reports newuidmap/newgidmap and subordinate id ranges, which
+// let a workspace map more than the caller's own uid.
+func subIDCheck() Check {
+	c := Check{Name: "subordinate ids", Optional: true}
+	const disables = "mapping more than your own uid/gid inside workspaces (files owned by other users appear as nobody)"
+	_, e1 := exec.LookPath("newuidmap")
+	_, e2 := exec.LookPath("newgidmap")
+	if e1 != nil || e2 != nil {
+		c.Detail, c.Disables = "newuidmap/newgidmap not installed (Debian package uidmap)", disables
+		return c
+	}
+	name := fmt.Sprint(os.Getuid())
+	if u, err := lookupUserName(os.Getuid()); err == nil {
+		name = u
+	}
+	if !hasSubID("/etc/subuid", name, os.Getuid()) {
+		c.Detail, c.Disables = "no range for "+name+" in /etc/subuid", disables
+		return c
+	}
+	c.OK = true
+	c.Detail = "newuidmap and a /etc/subuid range for " + name
+	return c
+}
+
+func hasSubID(file, name string, uid int) bool {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 2)
+		if len(f) == 2 && (f[0] == name || f[0] == fmt.Sprint(uid)) {
+			return true
+		}
+	}
+	return false
+}
+
+func lookupUserName(uid int) (string, error) {
+	u, err := user.LookupId(fmt.Sprint(uid))
+	if err != nil {
+		return "", err
+	}
+	return u.Username, nil
+}

@@ -1,0 +1,14 @@
+package strata
+
+import (
+	"context"
+
+	"github.com/stratafs/strata/store"
+)
+
+// Fsck verifies every object (re-hashing it), every reference and every
+// cache. The report lists each problem with the branches and workspaces it
+// affects.
+func (r *Repo) Fsck(ctx context.Context, progress func(done, total int64)) (*store.FsckReport, error) {
+	return r.st.Fsck(ctx, progress)
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian machine lacks for building and testing strata.
+# As root it installs; otherwise it prints the exact command to run.
+set -euo pipefail
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+have_pkg libseccomp-dev || need+=(libseccomp-dev)   # cgo: seccomp filters
+have_pkg pkg-config     || need+=(pkg-config)       # libseccomp-golang's cgo flags
+command -v gcc >/dev/null || need+=(gcc)            # cgo
+command -v git >/dev/null || need+=(git)            # worktree tests, corpus
+command -v setpriv >/dev/null || need+=(util-linux) # the unprivileged test pass
+if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
+  command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
+  command -v restic >/dev/null || need+=(restic)
+  command -v hyperfine >/dev/null || need+=(hyperfine)
+fi
+if [ ${#need[@]} -eq 0 ]; then
+  echo "deps: nothing missing"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: missing ${need[*]}; run:"
+  echo "  sudo apt-get update && sudo apt-get install -y ${need[*]}"
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${need[@]}"

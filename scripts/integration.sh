@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs the integration tests against the real kernel: as root, then as an
+# unprivileged user. Called by `make integration` (part of `make test`).
+#
+#   STRATA_TEST_USER   the unprivileged user for the second pass (as root)
+#   STRATA_CORPUS      the shared corpus (built by make corpus)
+#   STRATA_TEST_NO_SKIP=1  capability-gated skips fail (CI sets it)
+#   IT_ARGS            extra arguments for the test binary (e.g. -test.run X)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+user=${STRATA_TEST_USER:-nobody}
+# The binaries go where an unprivileged user can run them: the checkout may
+# sit under a home directory only its owner can enter.
+tmp=$(mktemp -d /tmp/strata-it.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+chmod 755 "$tmp"
+$GO test -tags integration -c -o "$tmp/integration.test" ./integration
+cp bin/strata "$tmp/strata"
+chmod 755 "$tmp/integration.test" "$tmp/strata"
+export STRATA_BIN="$tmp/strata"
+export GOTRACEBACK=all
+timeout=${IT_TIMEOUT:-12m}
+pass() { # pass LABEL CMD...
+  local label=$1; shift
+  echo "== integration tests ($label)"
+  local start=$SECONDS
+  if ! "$@" -test.count=1 -test.timeout "$timeout" ${IT_ARGS:-}; then
+    echo "== integration tests ($label): FAIL"
+    return 1
+  fi
+  echo "== integration tests ($label): ok in $((SECONDS - start))s"
+}
+if [ "$(id -u)" -eq 0 ]; then
+  (cd "$tmp" && pass root ./integration.test)
+  uid=$(id -u "$user"); gid=$(id -g "$user")
+  home=$(mktemp -d /tmp/strata-it-home.XXXXXX)
+  chown "$uid:$gid" "$home"
+  trap 'rm -rf "$tmp" "$home"' EXIT
+  (cd "$home" && pass "rootless, as $user" setpriv --reuid="$uid" --regid="$gid" --init-groups \
+     env HOME="$home" TMPDIR="$home" XDG_DATA_HOME="$home/.local/share" XDG_CACHE_HOME="$home/.cache" \
+     "$tmp/integration.test")
+else
+  echo "== integration tests (root): skipped, not running as root; CI runs this pass"
+  (cd "$tmp" && pass "rootless, as $(id -un)" ./integration.test)
+fi

@@ -1,0 +1,350 @@
+package seccomp
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/internal/testutil"
+)
+
+func TestAvailable(t *testing.T) {
+	ok, why := Available()
+	if !ok {
+		testutil.Skip(t, "seccomp unavailable: "+why)
+	}
+	t.Log(why)
+}
+
+// TestBuild resolves every plan against the linked libseccomp, for every
+// architecture strata plans, without loading anything: a name libseccomp
+// does not know on an arch fails here rather than in a sandbox.
+func TestBuild(t *testing.T) {
+	for goarch := range archFamilies {
+		for _, p := range []Policy{Agent(), Strict()} {
+			f, err := Plan(p, goarch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			filter, raw, err := build(f)
+			if err != nil {
+				t.Errorf("%s %+v: %v", goarch, p, err)
+				continue
+			}
+			for _, r := range raw {
+				t.Logf("%s: libseccomp does not know syscall %d on audit arch %#x; fallback filter", goarch, r.nr, r.auditArch)
+			}
+			out, err := os.CreateTemp(t.TempDir(), "bpf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = filter.ExportBPF(out)
+			filter.Release()
+			fi, _ := out.Stat()
+			out.Close()
+			if err != nil || fi.Size() == 0 {
+				t.Errorf("%s %+v: export BPF: %d bytes, %v", goarch, p, fi.Size(), err)
+			}
+		}
+	}
+}
+
+// TestRawProgram runs the fallback filter's BPF on a few seccomp_data.
+func TestRawProgram(t *testing.T) {
+	rules := []rawRule{
+		{auditArch: unix.AUDIT_ARCH_X86_64, nr: 467, errno: unix.EPERM},
+		{auditArch: unix.AUDIT_ARCH_X86_64, nr: 467 | x32SyscallBit, errno: unix.EPERM},
+		{auditArch: unix.AUDIT_ARCH_I386, nr: 467, errno: unix.EPERM},
+		{auditArch: unix.AUDIT_ARCH_I386, nr: 435, errno: unix.ENOSYS},
+	}
+	prog, err := rawProgram(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errno := func(e syscall.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
+	for _, tt := range []struct {
+		arch, nr uint32
+		want     uint32
+	}{
+		{unix.AUDIT_ARCH_X86_64, 467, errno(unix.EPERM)},
+		{unix.AUDIT_ARCH_X86_64, 467 | x32SyscallBit, errno(unix.EPERM)},
+		{unix.AUDIT_ARCH_X86_64, 435, unix.SECCOMP_RET_ALLOW},
+		{unix.AUDIT_ARCH_X86_64, 0, unix.SECCOMP_RET_ALLOW},
+		{unix.AUDIT_ARCH_I386, 467, errno(unix.EPERM)},
+		{unix.AUDIT_ARCH_I386, 435, errno(unix.ENOSYS)},
+		{unix.AUDIT_ARCH_I386, 1, unix.SECCOMP_RET_ALLOW},
+		{unix.AUDIT_ARCH_AARCH64, 467, unix.SECCOMP_RET_ALLOW},
+	} {
+		if got := runBPF(t, prog, tt.nr, tt.arch); got != tt.want {
+			t.Errorf("arch %#x nr %d: %#x; want %#x", tt.arch, tt.nr, got, tt.want)
+		}
+	}
+}
+
+// runBPF interprets the few classic BPF instructions rawProgram emits.
+func runBPF(t *testing.T, prog []unix.SockFilter, nr, arch uint32) uint32 {
+	var a uint32
+	for pc := 0; pc < len(prog); pc++ {
+		in := prog[pc]
+		switch in.Code {
+		case unix.BPF_LD | unix.BPF_W | unix.BPF_ABS:
+			switch in.K {
+			case 0:
+				a = nr
+			case 4:
+				a = arch
+			default:
+				t.Fatalf("load of offset %d", in.K)
+			}
+		case unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K:
+			if a == in.K {
+				pc += int(in.Jt)
+			} else {
+				pc += int(in.Jf)
+			}
+		case unix.BPF_RET | unix.BPF_K:
+			return in.K
+		default:
+			t.Fatalf("unexpected instruction %+v", in)
+		}
+	}
+	t.Fatal("fell off the program")
+	return 0
+}
+
+var (
+	probeOnce sync.Once
+	probePath string
+	probeErr  string
+)
+
+// buildProbe compiles testdata/probe.c statically into a directory the
+// unprivileged user can read.
+func buildProbe(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("STRATA_SECCOMP_PROBE"); p != "" {
+		return p
+	}
+	if runtime.GOARCH != "amd64" {
+		testutil.Skip(t, "the probe uses x86-64 and int $0x80")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		testutil.Skip(t, "gcc not installed")
+	}
+	probeOnce.Do(func() {
+		src, err := filepath.Abs("testdata/probe.c")
+		if err != nil {
+			probeErr = err.Error()
+			return
+		}
+		dir, err := os.MkdirTemp("/tmp", "strata-sctest-probe-")
+		if err != nil {
+			probeErr = err.Error()
+			return
+		}
+		os.Chmod(dir, 0o755)
+		out := filepath.Join(dir, "probe")
+		b, err := exec.Command("gcc", "-static", "-O2", "-o", out, src).CombinedOutput()
+		if err != nil {
+			probeErr = "gcc -static: " + err.Error() + ": " + string(b)
+			return
+		}
+		probePath = out
+	})
+	if probeErr != "" {
+		testutil.Skip(t, "cannot build the static probe (libc6-dev?): "+probeErr)
+	}
+	t.Setenv("STRATA_SECCOMP_PROBE", probePath)
+	return probePath
+}
+
+func runProbe(t *testing.T, probe string, ops ...string) map[string]string {
+	t.Helper()
+	out, err := exec.Command(probe, ops...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe %v: %v\n%s", ops, err, out)
+	}
+	res := map[string]string{}
+	s := bufio.NewScanner(bytes.NewReader(out))
+	for s.Scan() {
+		op, r, _ := strings.Cut(s.Text(), " ")
+		res[op] = r
+	}
+	return res
+}
+
+// What the probe sees under each policy. i386-* are 32-bit x86 calls from
+// the same 64-bit process. ptrace goes last: unfiltered, TRACEME would
+// leave the probe traced.
+var (
+	probeAgent = []struct{ op, want string }{
+		{"getpid", "OK"},
+		{"unshare-fs", "OK"},
+		{"clone-plain", "OK"},
+		{"unshare-user", "EPERM"},
+		{"unshare-net", "EPERM"},
+		{"clone-newns", "EPERM"},
+		{"clone-newuser", "EPERM"},
+		{"clone3", "ENOSYS"},
+		{"setns", "EPERM"},
+		{"mount", "EPERM"},
+		{"umount2", "EPERM"},
+		{"fsopen", "EPERM"},
+		{"open_tree_attr", "EPERM"},
+		{"i386-open_tree_attr", "EPERM"},
+		{"io_uring_setup", "EPERM"},
+		{"keyctl", "EPERM"},
+		{"socket-unix", "OK"},
+		{"socket-netlink-route", "OK"},
+		{"i386-getpid", "OK"},
+		{"i386-unshare-user", "EPERM"},
+		{"i386-mount", "EPERM"},
+		{"i386-clone3", "ENOSYS"},
+		{"ptrace", "EPERM"},
+		{"i386-ptrace", "EPERM"},
+	}
+	probeAgentNet = []struct{ op, want string }{
+		{"socket-inet", "OK"},
+		{"socket-netlink-audit", "OK"},
+		{"socket-highbits", "OK"},
+		{"i386-socket", "OK"},
+		{"i386-socketcall", "OK"},
+	}
+	probeStrictNet = []struct{ op, want string }{
+		{"socket-inet", "EPERM"},
+		{"socket-inet6", "EPERM"},
+		{"socket-packet", "EPERM"},
+		{"socket-vsock", "EPERM"},
+		{"socket-netlink-audit", "EPERM"},
+		{"socket-highbits", "EPERM"},
+		{"i386-socket", "EPERM"},
+		{"i386-socketcall", "EPERM"},
+	}
+)
+
+// TestProbeControl runs the probe without a filter: the calls the filter
+// denies then fail differently or succeed, so the EPERMs and ENOSYSes in
+// TestApply are the filter's. Each call runs in its own process.
+func TestProbeControl(t *testing.T) {
+	probe := buildProbe(t)
+	for _, op := range []string{"clone3", "setns", "mount", "umount2", "open_tree_attr", "i386-open_tree_attr", "i386-mount", "i386-clone3",
+		"socket-inet", "socket-highbits", "i386-socket", "i386-socketcall", "socket-netlink-audit", "ptrace", "i386-ptrace"} {
+		got := runProbe(t, probe, op)[op]
+		t.Logf("unfiltered %s: %s", op, got)
+		if got == "EPERM" || got == "ENOSYS" || got == "" {
+			t.Errorf("unfiltered %s: %q", op, got)
+		}
+	}
+}
+
+// TestApply loads the agent and strict filters in a child, then checks
+// that the child's Go threads and a freshly exec'd static C program are
+// denied: the filter covers every thread (TSYNC), survives execve, and
+// covers 32-bit x86 calls.
+func TestApply(t *testing.T) {
+	probe := buildProbe(t)
+	if ok, why := Available(); !ok {
+		testutil.Skip(t, why)
+	}
+	for _, policy := range []string{"agent", "strict"} {
+		for _, v := range variants {
+			t.Run(policy+"/"+v, func(t *testing.T) {
+				if !inChild(t, v) {
+					return
+				}
+				p := Agent()
+				want := slices.Concat(probeAgent, probeAgentNet)
+				if policy == "strict" {
+					p = Strict()
+					want = slices.Concat(probeAgent, probeStrictNet)
+				}
+				f, err := Plan(p, runtime.GOARCH)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Through JSON, as from nsexec's parent to its child.
+				b, err := json.Marshal(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var back Filter
+				if err := json.Unmarshal(b, &back); err != nil {
+					t.Fatal(err)
+				}
+				if err := Apply(&back); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("uid %d, %s filter loaded", os.Getuid(), policy)
+
+				checkThreads(t)
+
+				var ops []string
+				for _, w := range want {
+					ops = append(ops, w.op)
+				}
+				got := runProbe(t, probe, ops...)
+				t.Logf("exec'd probe: %v", got)
+				for _, w := range want {
+					if got[w.op] != w.want {
+						t.Errorf("exec'd probe %s: %s; want %s", w.op, got[w.op], w.want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// checkThreads: every thread of this Go process is filtered, including
+// ones the runtime started before Apply.
+func checkThreads(t *testing.T) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			// Unfiltered, a multi-threaded process gets EINVAL.
+			errs[i] = unix.Unshare(unix.CLONE_NEWUSER)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, syscall.EPERM) {
+			t.Errorf("goroutine %d: unshare(CLONE_NEWUSER) = %v; want EPERM", i, err)
+		}
+	}
+	if err := unix.Mount("none", "/nonexistent-strata", "tmpfs", 0, ""); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("mount = %v; want EPERM", err)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+		if err != nil {
+			continue // the thread exited
+		}
+		if !bytes.Contains(b, []byte("\nSeccomp:\t2\n")) || !bytes.Contains(b, []byte("\nNoNewPrivs:\t1\n")) {
+			t.Errorf("thread %s is not filtered (TSYNC):\n%s", task.Name(), b)
+		}
+	}
+	if len(tasks) < 2 {
+		t.Errorf("only %d threads; the TSYNC check needs several", len(tasks))
+	}
+}

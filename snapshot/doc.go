@@ -1,0 +1,33 @@
+// Package snapshot is strata's tree model: it turns a directory on disk into
+// store objects (Import), store objects back into a directory (Materialize),
+// and compares and inspects trees (Walk, Lookup, Diff).
+//
+// Terms, used exactly in this package:
+//
+//   - source: the directory an Import reads. It is only read, never changed
+//     (DESIGN.md invariant 1). Its own metadata (mode, mtime, owner) is not
+//     recorded: a tree has no entry for itself.
+//   - entry: one store.TreeEntry, a named member of a directory: a file,
+//     directory, symlink, FIFO or device. Its path is the slash-separated
+//     sequence of names from the root, without a leading slash; the root's
+//     path is "".
+//   - walk order: pre-order, each directory's entries sorted bytewise by
+//     name. Walk visits entries in walk order; the LinkGroup of a hardlink
+//     group is the path of its first member in walk order.
+//   - link group: the regular files of one import that share an inode
+//     (same device and inode number). Members are stored with the same
+//     LinkGroup and materialized as hardlinks of one file.
+//   - stat cache: per source root, what Import remembers about each file it
+//     read (device, inode, mode, size, mtime, ctime, content id), so that the
+//     next import of the same root reuses the content of unchanged files
+//     without reading them (git's index, with git's "racy" rule).
+//   - target: the directory a Materialize writes. It must not exist or be
+//     empty. Names and symlink targets from the store are untrusted there
+//     (DESIGN.md invariant 6): every entry is created relative to an open
+//     directory descriptor and no symlink is ever followed.
+//   - change: one path that differs between two trees (Diff): Added,
+//     Deleted or Modified, with the entry on each side.
+//
+// See docs/snapshot.md for what is recorded and skipped, how the stat cache
+// decides, and measured figures.
+package snapshot

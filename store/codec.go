@@ -1,0 +1,134 @@
+package store
+
+// Object records: how one object's payload is stored in a row of the
+// objects table (kind, codec, size, data) and verified when read back.
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Codecs of the objects.codec column.
+const (
+	codecNone = 0 // data is the payload
+	codecZstd = 1 // data is one zstd frame of the payload
+)
+
+// minCompress is the payload size below which compression is not tried:
+// a zstd frame costs about a dozen bytes of header, and rows this small
+// share a page with their neighbours anyway.
+const minCompress = 128
+
+var (
+	zOnce sync.Once
+	zEnc  *zstd.Encoder
+	zDec  *zstd.Decoder
+)
+
+// zstdInit creates the shared encoder and decoder on first use, so that a
+// CLI call that never touches content does not pay for their tables.
+func zstdInit() {
+	zOnce.Do(func() {
+		n := runtime.GOMAXPROCS(0)
+		var err error
+		zEnc, err = zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(zstd.SpeedFastest),
+			zstd.WithEncoderConcurrency(n),
+			// The object id already covers the payload.
+			zstd.WithEncoderCRC(false),
+		)
+		if err != nil {
+			panic(err)
+		}
+		zDec, err = zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(n),
+			zstd.WithDecoderMaxMemory(maxObjectSize),
+			// Bound the output by the size column, so that a damaged
+			// frame cannot allocate more than the object claims to be.
+			zstd.WithDecodeAllCapLimit(true),
+		)
+		if err != nil {
+			panic(err)
+		}
+	})
+}
+
+// compress returns the codec and stored bytes for payload p. It keeps p
+// as is when compression saves less than 10%: decompressing costs time on
+// every read, and random or already-compressed data does not shrink.
+// The returned slice aliases p when the codec is codecNone.
+func compress(p []byte) (int, []byte) {
+	if len(p) < minCompress {
+		return codecNone, p
+	}
+	zstdInit()
+	if len(p) >= sampleMin && !worthCompressing(p) {
+		return codecNone, p
+	}
+	c := zEnc.EncodeAll(p, make([]byte, 0, len(p)/2))
+	if len(c) >= len(p)-len(p)/10 {
+		return codecNone, p
+	}
+	return codecZstd, c
+}
+
+// sampleMin is the size from which compress first tries a sample: a
+// chunk of random bytes is then rejected for the price of compressing a
+// sixteenth of it.
+const (
+	sampleMin  = 32 << 10
+	sampleSize = 2 << 10
+)
+
+// worthCompressing compresses sampleSize bytes from the start, middle and
+// end of p and reports whether they shrank by at least 10%.
+func worthCompressing(p []byte) bool {
+	var buf [3 * sampleSize]byte
+	s := buf[:0]
+	s = append(s, p[:sampleSize]...)
+	mid := len(p)/2 - sampleSize/2
+	s = append(s, p[mid:mid+sampleSize]...)
+	s = append(s, p[len(p)-sampleSize:]...)
+	var out [3*sampleSize + 64]byte
+	c := zEnc.EncodeAll(s, out[:0])
+	return len(c) < len(s)-len(s)/10
+}
+
+// decodeRecord returns the payload of a stored row, verified: the codec is
+// known, the payload has the recorded size and hashes to id. Any failure
+// is ErrCorrupt.
+func decodeRecord(id ID, kind Kind, codec int64, size int64, data []byte) ([]byte, error) {
+	if !validKind(kind) {
+		return nil, fmt.Errorf("object %s: unknown kind %d: %w", id.Short(), kind, ErrCorrupt)
+	}
+	if size < 0 || size > maxObjectSize {
+		return nil, fmt.Errorf("object %s: bad size %d: %w", id.Short(), size, ErrCorrupt)
+	}
+	var p []byte
+	switch codec {
+	case codecNone:
+		p = data
+	case codecZstd:
+		zstdInit()
+		var err error
+		p, err = zDec.DecodeAll(data, make([]byte, 0, size))
+		if err != nil {
+			return nil, fmt.Errorf("object %s: decompress: %v: %w", id.Short(), err, ErrCorrupt)
+		}
+	default:
+		return nil, fmt.Errorf("object %s: unknown codec %d: %w", id.Short(), codec, ErrCorrupt)
+	}
+	if int64(len(p)) != size {
+		return nil, fmt.Errorf("object %s: %d bytes, recorded %d: %w", id.Short(), len(p), size, ErrCorrupt)
+	}
+	if HashObject(kind, p) != id {
+		return nil, fmt.Errorf("object %s: hash mismatch: %w", id.Short(), ErrCorrupt)
+	}
+	if p == nil {
+		p = []byte{}
+	}
+	return p, nil
+}

@@ -1,0 +1,834 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Batch bounds: a Writer writes its buffered objects in one transaction
+// when they reach either. Smaller batches measured slower (8 MiB: a third
+// less throughput), larger ones no faster while holding the write lock
+// longer and more memory; docs/store.md has the numbers.
+const (
+	batchMaxBytes   = 32 << 20
+	batchMaxObjects = 8192
+)
+
+// precheckMin is the payload size from which a Writer asks the database
+// whether an object exists before compressing it: for smaller objects the
+// query costs more than the compression it may save.
+const precheckMin = 8 << 10
+
+// A Writer adds content, trees and finally a commit to the store under a
+// lease: everything it writes or retains is a gc root until Finish or
+// Abort, or until its process is dead. It buffers objects and writes them
+// in transactions of bounded size. Safe for concurrent use.
+//
+// An id a Writer returns names an object that is in the store after the
+// next Flush or Finish; until then only this Writer may reference it.
+type Writer struct {
+	s       *Store
+	ctx     context.Context
+	lease   int64
+	purpose string
+	cdc     cdc // always defaultCDC outside measurements in tests
+
+	// op is held shared by every operation and exclusively by Flush,
+	// Finish and Abort, which so wait for operations in flight.
+	op   sync.RWMutex
+	done bool // under op (exclusive to set)
+
+	mu         sync.Mutex
+	known      map[ID]struct{} // written (buffered or stored) or retained under the lease
+	external   map[ID]struct{} // referenced by trees put here and not known when they were
+	batch      []pendingObject
+	batchBytes int
+	err        error // sticky: a failed batch write poisons the Writer
+
+	flushMu sync.Mutex // serializes batch writes
+
+	// Full batches go to a flusher goroutine, so that hashing and
+	// compressing go on while SQLite writes. The channel holds one batch:
+	// with one being written that bounds the memory to about three.
+	flushOnce sync.Once
+	flushCh   chan []pendingObject
+	flushWG   sync.WaitGroup // batches handed over and not yet written
+
+	rmu     sync.Mutex
+	rq      []*retainReq
+	rLeader bool
+
+	newObjects, newBytes, reused, contentBytes atomic.Int64
+}
+
+type pendingObject struct {
+	id    ID
+	kind  Kind
+	size  int // payload size
+	codec int
+	data  []byte // stored form
+}
+
+// NewWriter starts a Writer and records its lease. purpose says what the
+// Writer is for ("import /src", "commit ws/a"), for gc and fsck reports.
+func (s *Store) NewWriter(ctx context.Context, purpose string) (*Writer, error) {
+	if s.ro {
+		return nil, fmt.Errorf("new writer: %w", ErrReadOnly)
+	}
+	me, err := selfProcess()
+	if err != nil {
+		return nil, err
+	}
+	fast, err := s.fastDB()
+	if err != nil {
+		return nil, fmt.Errorf("new writer: %w", mapErr(err))
+	}
+	w := &Writer{s: s, ctx: ctx, purpose: purpose, cdc: defaultCDC, known: make(map[ID]struct{})}
+	err = s.update(ctx, fast, func(tx *Tx) error {
+		r, err := tx.exec(`INSERT INTO leases (pid, start_ticks, boot_id, pid_ns, hostname, created_ns, purpose)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, me.pid, me.startTicks, me.bootID, me.pidNS, me.hostname, time.Now().UnixNano(), purpose)
+		if err != nil {
+			return err
+		}
+		w.lease, err = r.LastInsertId()
+		return mapErr(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new writer: take lease: %w", err)
+	}
+	return w, nil
+}
+
+// Stats returns what the Writer did so far.
+func (w *Writer) Stats() WriterStats {
+	return WriterStats{
+		NewObjects:    w.newObjects.Load(),
+		NewBytes:      w.newBytes.Load(),
+		ReusedObjects: w.reused.Load(),
+		ContentBytes:  w.contentBytes.Load(),
+	}
+}
+
+var errWriterDone = errors.New("writer already finished or aborted")
+
+func (w *Writer) begin() error {
+	w.op.RLock()
+	if w.done {
+		w.op.RUnlock()
+		return errWriterDone
+	}
+	return nil
+}
+
+func (w *Writer) end() { w.op.RUnlock() }
+
+// put buffers an object and returns its id. own says the Writer may keep
+// p; otherwise p is copied when it must be kept.
+func (w *Writer) put(kind Kind, p []byte, own bool) (ID, error) {
+	if len(p) > maxObjectSize {
+		return ZeroID, fmt.Errorf("put %v of %d bytes: over the %d limit", kind, len(p), maxObjectSize)
+	}
+	id := HashObject(kind, p)
+	w.mu.Lock()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return ZeroID, err
+	}
+	if _, ok := w.known[id]; ok {
+		w.mu.Unlock()
+		w.reused.Add(1)
+		return id, nil
+	}
+	w.known[id] = struct{}{}
+	w.mu.Unlock()
+
+	rec := pendingObject{id: id, kind: kind, size: len(p), codec: codecNone}
+	exists := false
+	if len(p) >= precheckMin {
+		var err error
+		if exists, err = w.s.hasObject(w.ctx, id); err != nil {
+			return ZeroID, w.fail(err)
+		}
+	}
+	if !exists {
+		rec.codec, rec.data = compress(p)
+	}
+	if rec.codec == codecNone {
+		// Kept raw: a new object that did not compress, or one that exists
+		// and is only to be recorded under the lease; its bytes stay in
+		// the batch in case a concurrent gc removes it before then.
+		rec.data = p
+		if !own {
+			rec.data = bytes.Clone(p)
+		}
+	}
+	return id, w.enqueue(rec)
+}
+
+func (w *Writer) fail(err error) error {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	return err
+}
+
+func (w *Writer) enqueue(rec pendingObject) error {
+	w.mu.Lock()
+	w.batch = append(w.batch, rec)
+	w.batchBytes += len(rec.data)
+	var out []pendingObject
+	if w.batchBytes >= batchMaxBytes || len(w.batch) >= batchMaxObjects {
+		out, w.batch, w.batchBytes = w.batch, nil, 0
+	}
+	w.mu.Unlock()
+	if out == nil {
+		return nil
+	}
+	w.flushOnce.Do(func() {
+		w.flushCh = make(chan []pendingObject, 1)
+		go func() {
+			for b := range w.flushCh {
+				w.writeBatch(b) // a failure is sticky in w.err
+				w.flushWG.Done()
+			}
+		}()
+	})
+	w.flushWG.Add(1)
+	w.flushCh <- out
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	return err
+}
+
+// drain waits for the batches handed to the flusher and returns the
+// Writer's sticky error. The caller holds op exclusively.
+func (w *Writer) drain() error {
+	w.flushWG.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// stopFlusher ends the flusher goroutine once the Writer is done.
+func (w *Writer) stopFlusher() {
+	w.flushOnce.Do(func() {})
+	if w.flushCh != nil {
+		close(w.flushCh)
+	}
+}
+
+// writeBatch stores a batch in a transaction of its own on the fast
+// (synchronous=NORMAL) pool: it needs no durability before Finish.
+func (w *Writer) writeBatch(batch []pendingObject) error {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	fast, err := w.s.fastDB()
+	if err != nil {
+		return w.fail(err)
+	}
+	var st WriterStats
+	err = w.s.update(w.ctx, fast, func(tx *Tx) error {
+		st = WriterStats{}
+		return w.insertBatch(tx, batch, &st)
+	})
+	if err != nil {
+		return w.fail(fmt.Errorf("write objects: %w", err))
+	}
+	w.newObjects.Add(st.NewObjects)
+	w.newBytes.Add(st.NewBytes)
+	w.reused.Add(st.ReusedObjects)
+	return nil
+}
+
+const (
+	qInsertObjectIfNew = `INSERT INTO objects (id, kind, codec, size, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`
+	qLeaseObject       = `INSERT OR IGNORE INTO lease_objects (lease_id, oid) VALUES (?, ?)`
+	qLeaseExists       = `SELECT 1 FROM leases WHERE id = ?`
+)
+
+// insertBatch stores the objects of a batch that do not exist yet and
+// records every one of them under the lease, in tx. An object that
+// exists is not rewritten; recording it under the lease in the same
+// transaction in which its existence is checked is what keeps a
+// concurrent gc from deleting it.
+func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats) error {
+	for i := range batch {
+		p := &batch[i]
+		data := p.data
+		if data == nil {
+			data = []byte{}
+		}
+		r, err := tx.exec(qInsertObjectIfNew, p.id[:], int64(p.kind), p.codec, p.size, data)
+		if err != nil {
+			return fmt.Errorf("store %v %s: %w", p.kind, p.id.Short(), err)
+		}
+		var oid int64
+		if n, _ := r.RowsAffected(); n == 1 {
+			if oid, err = r.LastInsertId(); err != nil {
+				return mapErr(err)
+			}
+			st.NewObjects++
+			st.NewBytes += int64(len(data))
+		} else {
+			if err := tx.queryRow(qObjectOID, p.id[:]).Scan(&oid); err != nil {
+				return fmt.Errorf("look up object %s: %w", p.id.Short(), mapErr(err))
+			}
+			st.ReusedObjects++
+		}
+		if _, err := tx.exec(qLeaseObject, w.lease, oid); err != nil {
+			if isCode(err, sqliteConstraint) {
+				return fmt.Errorf("writer lease %d (%s) is gone: gc judged it stale", w.lease, w.purpose)
+			}
+			return fmt.Errorf("record object %s under lease: %w", p.id.Short(), err)
+		}
+	}
+	return nil
+}
+
+// Flush writes the buffered objects, after waiting for operations in
+// flight on other goroutines.
+func (w *Writer) Flush() error {
+	w.op.Lock()
+	defer w.op.Unlock()
+	if w.done {
+		return errWriterDone
+	}
+	if err := w.drain(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	batch := w.batch
+	w.batch, w.batchBytes = nil, 0
+	w.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	return w.writeBatch(batch)
+}
+
+// Finish writes the buffered objects, runs fn (typically PutCommit, SetRef
+// and AppendOp) and drops the lease, all in one durable transaction: the
+// objects become reachable in the same instant as they stop being leased.
+// If Finish fails (fn's error, a lost CAS), nothing of the final
+// transaction happened and the Writer stays open: call Finish again or
+// Abort. fn may be nil; it must not call Update or this Writer's methods.
+// Objects of this Writer that fn leaves unreachable are garbage afterwards.
+func (w *Writer) Finish(fn func(tx *Tx) error) error {
+	w.op.Lock()
+	defer w.op.Unlock()
+	if w.done {
+		return errWriterDone
+	}
+	if err := w.drain(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	batch := w.batch
+	w.batch, w.batchBytes = nil, 0
+	w.mu.Unlock()
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	var st WriterStats
+	err := w.s.update(w.ctx, w.s.db, func(tx *Tx) error {
+		st = WriterStats{}
+		var one int
+		if err := tx.queryRow(qLeaseExists, w.lease).Scan(&one); err != nil {
+			return fmt.Errorf("writer lease %d (%s) is gone, so gc may have taken its objects: %w", w.lease, w.purpose, mapErr(err))
+		}
+		if err := w.insertBatch(tx, batch, &st); err != nil {
+			return err
+		}
+		if err := w.checkExternal(tx); err != nil {
+			return err
+		}
+		if fn != nil {
+			if err := fn(tx); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.exec(`DELETE FROM leases WHERE id = ?`, w.lease); err != nil {
+			return fmt.Errorf("drop lease: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		w.mu.Lock()
+		w.batch = append(batch, w.batch...)
+		for _, p := range batch {
+			w.batchBytes += len(p.data)
+		}
+		w.mu.Unlock()
+		return err
+	}
+	w.newObjects.Add(st.NewObjects)
+	w.newBytes.Add(st.NewBytes)
+	w.reused.Add(st.ReusedObjects)
+	w.done = true
+	w.stopFlusher()
+	return nil
+}
+
+// checkExternal checks, in the final transaction, that the objects trees
+// of this Writer reference without having written or retained them still
+// exist. gc keeps every existing object's descendants until the object
+// itself is gone (see gc.go), so existing here means a complete subtree,
+// which the commit made in the same transaction then keeps.
+func (w *Writer) checkExternal(tx *Tx) error {
+	for id := range w.external {
+		if _, ok := w.known[id]; ok {
+			continue
+		}
+		ok, err := tx.Has(id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("a tree references object %s, which is not in the store (gc took it; Retain what you reuse): %w", id.Short(), ErrNotFound)
+		}
+	}
+	return nil
+}
+
+// Abort drops the lease; what the Writer wrote becomes garbage for the
+// next gc. Aborting a finished Writer does nothing, so `defer w.Abort()`
+// is the idiom.
+func (w *Writer) Abort() error {
+	w.op.Lock()
+	defer w.op.Unlock()
+	if w.done {
+		return nil
+	}
+	w.done = true
+	w.drain()
+	w.stopFlusher()
+	w.mu.Lock()
+	w.batch, w.known, w.external = nil, nil, nil
+	w.mu.Unlock()
+	fast, err := w.s.fastDB()
+	if err != nil {
+		return err
+	}
+	// The caller's context may be what ended the work; dropping the lease
+	// must still happen.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), w.s.busy+10*time.Second)
+	defer cancel()
+	err = w.s.update(ctx, fast, func(tx *Tx) error {
+		_, err := tx.exec(`DELETE FROM leases WHERE id = ?`, w.lease)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("abort writer: drop lease: %w", err)
+	}
+	return nil
+}
+
+// --- retain ------------------------------------------------------------------
+
+type retainReq struct {
+	id   ID
+	ok   bool
+	err  error
+	done chan struct{}
+}
+
+// Retain protects an existing object (and everything it references) under
+// the lease, as if the Writer had written it, and reports whether it
+// exists. When it returns false the caller must write the object's
+// content itself (re-read the file). ZeroID is always retained.
+//
+// Retain writes to the database before it returns, since gc must see the
+// claim before the caller relies on the object. Concurrent calls share
+// one transaction.
+func (w *Writer) Retain(id ID) (bool, error) {
+	if id.IsZero() {
+		return true, nil
+	}
+	if err := w.begin(); err != nil {
+		return false, err
+	}
+	defer w.end()
+	w.mu.Lock()
+	_, ok := w.known[id]
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		return true, nil
+	}
+
+	req := &retainReq{id: id, done: make(chan struct{})}
+	w.rmu.Lock()
+	w.rq = append(w.rq, req)
+	if w.rLeader {
+		w.rmu.Unlock()
+		<-req.done
+		return req.ok, req.err
+	}
+	w.rLeader = true
+	w.rmu.Unlock()
+	// Leader: run batches until no request is waiting. Requests that
+	// arrive while a batch runs form the next batch.
+	for {
+		w.rmu.Lock()
+		batch := w.rq
+		w.rq = nil
+		if len(batch) == 0 {
+			w.rLeader = false
+			w.rmu.Unlock()
+			break
+		}
+		w.rmu.Unlock()
+		w.retainBatch(batch)
+	}
+	return req.ok, req.err
+}
+
+// RetainAll is Retain for many ids in one transaction; ok[i] says
+// whether ids[i] exists. Callers that know many ids at once (the stat
+// cache hits of an import) save a transaction per id.
+func (w *Writer) RetainAll(ids []ID) (ok []bool, err error) {
+	if err := w.begin(); err != nil {
+		return nil, err
+	}
+	defer w.end()
+	ok = make([]bool, len(ids))
+	var reqs []*retainReq
+	var idx []int
+	w.mu.Lock()
+	err = w.err
+	for i, id := range ids {
+		if _, known := w.known[id]; known || id.IsZero() {
+			ok[i] = true
+			continue
+		}
+		reqs = append(reqs, &retainReq{id: id, done: make(chan struct{})})
+		idx = append(idx, i)
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	for len(reqs) > 0 {
+		n := min(len(reqs), batchMaxObjects)
+		w.retainBatch(reqs[:n])
+		for j, r := range reqs[:n] {
+			if r.err != nil {
+				return nil, r.err
+			}
+			ok[idx[j]] = r.ok
+		}
+		reqs, idx = reqs[n:], idx[n:]
+	}
+	return ok, nil
+}
+
+func (w *Writer) retainBatch(batch []*retainReq) {
+	defer func() {
+		for _, r := range batch {
+			close(r.done)
+		}
+	}()
+	fast, err := w.s.fastDB()
+	if err == nil {
+		err = w.s.update(w.ctx, fast, func(tx *Tx) error {
+			for _, r := range batch {
+				var oid int64
+				err := tx.queryRow(qObjectOID, r.id[:]).Scan(&oid)
+				if err != nil {
+					r.ok = false
+					if isNoRows(err) {
+						continue
+					}
+					return fmt.Errorf("look up object %s: %w", r.id.Short(), mapErr(err))
+				}
+				if _, err := tx.exec(qLeaseObject, w.lease, oid); err != nil {
+					if isCode(err, sqliteConstraint) {
+						return fmt.Errorf("writer lease %d (%s) is gone: gc judged it stale", w.lease, w.purpose)
+					}
+					return fmt.Errorf("retain object %s: %w", r.id.Short(), err)
+				}
+				r.ok = true
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		for _, r := range batch {
+			r.ok, r.err = false, fmt.Errorf("retain: %w", err)
+		}
+		return
+	}
+	w.mu.Lock()
+	for _, r := range batch {
+		if r.ok {
+			w.known[r.id] = struct{}{}
+			w.reused.Add(1)
+		}
+	}
+	w.mu.Unlock()
+}
+
+// --- content -----------------------------------------------------------------
+
+// PutTree encodes and buffers a tree. Its entries' content should have
+// been written or retained by this Writer: anything else it references
+// must still be in the store when Finish runs, which checks and fails with
+// ErrNotFound otherwise.
+func (w *Writer) PutTree(t *Tree) (ID, error) {
+	if err := w.begin(); err != nil {
+		return ZeroID, err
+	}
+	defer w.end()
+	p, err := EncodeTree(t)
+	if err != nil {
+		return ZeroID, fmt.Errorf("put tree: %w", err)
+	}
+	w.mu.Lock()
+	for i := range t.Entries {
+		c := t.Entries[i].Content
+		if _, ok := w.known[c]; !ok && !c.IsZero() {
+			if w.external == nil {
+				w.external = make(map[ID]struct{})
+			}
+			w.external[c] = struct{}{}
+		}
+	}
+	w.mu.Unlock()
+	return w.put(KindTree, p, true)
+}
+
+// WriteBytes stores the content of a file already in memory and returns
+// its content id: ZeroID for empty content, the chunk for content up to
+// SmallFileMax, the root FileNode for larger content (the same id that
+// WriteContent returns for the same bytes).
+func (w *Writer) WriteBytes(b []byte) (ID, error) {
+	if len(b) > SmallFileMax {
+		id, _, err := w.WriteContent(bytes.NewReader(b))
+		return id, err
+	}
+	if err := w.begin(); err != nil {
+		return ZeroID, err
+	}
+	defer w.end()
+	w.contentBytes.Add(int64(len(b)))
+	if len(b) == 0 {
+		return ZeroID, nil
+	}
+	return w.put(KindChunk, b, false)
+}
+
+var smallBufPool = sync.Pool{New: func() any { b := make([]byte, SmallFileMax+1); return &b }}
+
+// WriteContent reads r to the end and stores it as file content: whole
+// as one chunk up to SmallFileMax, else cut by FastCDC into chunks under
+// a tree of FileNodes. Chunks are hashed and compressed on all CPUs. It
+// returns the content id and the number of bytes read.
+func (w *Writer) WriteContent(r io.Reader) (ID, int64, error) {
+	if err := w.begin(); err != nil {
+		return ZeroID, 0, err
+	}
+	defer w.end()
+	bp := smallBufPool.Get().(*[]byte)
+	defer smallBufPool.Put(bp)
+	buf := *bp
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		w.contentBytes.Add(int64(n))
+		if n == 0 {
+			return ZeroID, 0, nil
+		}
+		id, err := w.put(KindChunk, buf[:n], false)
+		return id, int64(n), err
+	case err != nil:
+		return ZeroID, 0, fmt.Errorf("read content: %w", err)
+	}
+	return w.writeLarge(io.MultiReader(bytes.NewReader(buf[:n]), r))
+}
+
+// contentWorkers overrides the number of workers of writeLarge when
+// positive; for measurements.
+var contentWorkers = 0
+
+// chunkJob is one chunk on its way through the workers of writeLarge.
+type chunkJob struct {
+	data []byte
+	id   ID
+	err  error
+	done chan struct{}
+}
+
+// writeLarge cuts r into chunks on the calling goroutine, hashes and
+// compresses them on up to GOMAXPROCS workers, and feeds their ids in
+// order to a fileBuilder.
+func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
+	workers := runtime.GOMAXPROCS(0)
+	if contentWorkers > 0 {
+		workers = contentWorkers
+	}
+	jobs := make(chan *chunkJob, workers)
+	order := make(chan *chunkJob, 2*workers+2)
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if !failed.Load() {
+					j.id, j.err = w.put(KindChunk, j.data, true)
+					if j.err != nil {
+						failed.Store(true)
+					}
+				}
+				close(j.done)
+			}
+		}()
+	}
+	type built struct {
+		id  ID
+		err error
+	}
+	res := make(chan built, 1)
+	go func() {
+		b := fileBuilder{w: w}
+		var err error
+		for j := range order {
+			<-j.done
+			if err == nil {
+				err = j.err
+			}
+			if err == nil && j.err == nil && !failed.Load() {
+				err = b.add(0, ChunkRef{ID: j.id, Size: int64(len(j.data))})
+			}
+		}
+		var id ID
+		if err == nil && !failed.Load() {
+			id, err = b.finish()
+		}
+		res <- built{id, err}
+	}()
+
+	total, rerr := w.cutAll(r, w.cdc, func(chunk []byte) bool {
+		j := &chunkJob{data: chunk, done: make(chan struct{})}
+		order <- j
+		jobs <- j
+		return !failed.Load()
+	})
+	close(jobs)
+	close(order)
+	wg.Wait()
+	out := <-res
+	w.contentBytes.Add(total)
+	if rerr != nil {
+		return ZeroID, total, fmt.Errorf("read content: %w", rerr)
+	}
+	if out.err != nil {
+		return ZeroID, total, out.err
+	}
+	return out.id, total, nil
+}
+
+// cutAll reads r to the end and calls emit with each chunk in order, in a
+// slice of its own. It stops early when emit returns false.
+func (w *Writer) cutAll(r io.Reader, c cdc, emit func([]byte) bool) (int64, error) {
+	buf := make([]byte, 4*c.max)
+	var total int64
+	have := 0
+	eof := false
+	for {
+		for !eof && have < len(buf) {
+			n, err := r.Read(buf[have:])
+			have += n
+			total += int64(n)
+			if err == io.EOF {
+				eof = true
+			} else if err != nil {
+				return total, err
+			}
+		}
+		start := 0
+		for have-start >= c.max || (eof && have > start) {
+			n := c.cut(buf[start:have])
+			if !emit(bytes.Clone(buf[start : start+n])) {
+				return total, nil
+			}
+			start += n
+		}
+		if eof {
+			return total, nil
+		}
+		have = copy(buf, buf[start:have])
+	}
+}
+
+// Content-defined tree of FileNodes. A node ends after a ref whose id
+// meets nodeBoundary (1 in 128: an average fan-out of 128 refs, ~4.5 KiB
+// nodes) once it has minNodeRefs refs, or at MaxFileNodeRefs. Since
+// boundaries depend only on the ids, an edit rewrites only the nodes on
+// the path from the changed chunks to the root, not the whole list.
+const minNodeRefs = 2
+
+func nodeBoundary(id ID) bool { return id[31]&0x7f == 0 }
+
+type fileBuilder struct {
+	w      *Writer
+	levels [][]ChunkRef
+}
+
+func (b *fileBuilder) add(level int, ref ChunkRef) error {
+	if level == len(b.levels) {
+		b.levels = append(b.levels, nil)
+	}
+	b.levels[level] = append(b.levels[level], ref)
+	n := len(b.levels[level])
+	if n >= MaxFileNodeRefs || (n >= minNodeRefs && nodeBoundary(ref.ID)) {
+		return b.emit(level)
+	}
+	return nil
+}
+
+func (b *fileBuilder) emit(level int) error {
+	node := FileNode{Level: uint8(level), Refs: b.levels[level]}
+	p, err := EncodeFileNode(&node)
+	if err != nil {
+		return fmt.Errorf("encode file node: %w", err)
+	}
+	id, err := b.w.put(KindFile, p, true)
+	if err != nil {
+		return err
+	}
+	b.levels[level] = nil
+	return b.add(level+1, ChunkRef{ID: id, Size: node.Size()})
+}
+
+// finish closes the open node of every level and returns the root: the
+// single ref left at the top level, or the level-0 node if there is only
+// one (the root of a file is always a FileNode).
+func (b *fileBuilder) finish() (ID, error) {
+	for l := 0; l < len(b.levels); l++ {
+		refs := b.levels[l]
+		if l > 0 && l == len(b.levels)-1 && len(refs) == 1 {
+			return refs[0].ID, nil
+		}
+		if len(refs) > 0 {
+			if err := b.emit(l); err != nil {
+				return ZeroID, err
+			}
+		}
+	}
+	return ZeroID, errors.New("file builder: no chunks")
+}

@@ -1,0 +1,113 @@
+// Package strata is the public Go API of strata: isolated, writable copies
+// of a project for AI agents, test runs and experiments, without root,
+// without a daemon and without copying a file.
+//
+// Terms (see docs/ and DESIGN.md):
+//
+//   - store: one directory (the "home") holding strata.db and derived caches.
+//     The database is the source of truth.
+//   - commit: an immutable snapshot of a directory tree, content-addressed.
+//   - branch: a named pointer to a commit, moved only by compare-and-swap.
+//   - ref: how a user names a commit: a branch name, a commit id or a unique
+//     prefix of one (at least 4 hex digits), optionally followed by ~N
+//     (N-th first parent) or ^ (first parent).
+//   - workspace: a writable view of a commit bound to a branch.
+//
+// A Repo is the handle on one store. Its methods are safe for concurrent
+// use, and many processes may use one store at once.
+package strata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/stratafs/strata/store"
+)
+
+// Errors callers branch on. They are the store's categories, re-exported so
+// that users of the API need not import store.
+var (
+	ErrNotFound    = store.ErrNotFound
+	ErrExists      = store.ErrExists
+	ErrConflict    = store.ErrConflict
+	ErrCorrupt     = store.ErrCorrupt
+	ErrInvalidName = store.ErrInvalidName
+	ErrReadOnly    = store.ErrReadOnly
+	ErrNoSpace     = store.ErrNoSpace
+	// ErrNoStore: the home directory holds no store (run `strata init`).
+	ErrNoStore = errors.New("no store")
+	// ErrUnsupported: the kernel or user lacks a feature (see Doctor).
+	ErrUnsupported = errors.ErrUnsupported
+)
+
+// dbName is the database file inside the home directory.
+const dbName = "strata.db"
+
+// Repo is an open store.
+type Repo struct {
+	home string
+	st   *store.Store
+}
+
+// OpenOptions tune Open.
+type OpenOptions struct {
+	// Create makes the store when it does not exist (as Init does).
+	Create bool
+	// ReadOnly opens without write locks: for inspection (log, show,
+	// fsck) of a store on a read-only filesystem.
+	ReadOnly bool
+}
+
+// DefaultHome is $STRATA_HOME, then $XDG_DATA_HOME/strata, then
+// ~/.local/share/strata.
+func DefaultHome() (string, error) {
+	if h := os.Getenv("STRATA_HOME"); h != "" {
+		return filepath.Abs(h)
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Abs(filepath.Join(x, "strata"))
+	}
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no store location: set STRATA_HOME or HOME: %w", err)
+	}
+	return filepath.Join(h, ".local", "share", "strata"), nil
+}
+
+// Init creates the store at home if it does not exist yet (idempotent) and
+// opens it.
+func Init(home string) (*Repo, error) {
+	return Open(home, OpenOptions{Create: true})
+}
+
+// Open opens the store at home.
+func Open(home string, opts OpenOptions) (*Repo, error) {
+	abs, err := filepath.Abs(home)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.Create {
+		if _, err := os.Stat(filepath.Join(abs, dbName)); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w (run `strata init`, or pass --home)", abs, ErrNoStore)
+		}
+	}
+	st, err := store.Open(abs, store.Options{ReadOnly: opts.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	return &Repo{home: abs, st: st}, nil
+}
+
+// Close releases the store.
+func (r *Repo) Close() error { return r.st.Close() }
+
+// Home is the store directory.
+func (r *Repo) Home() string { return r.home }
+
+// Store exposes the underlying object store, for tools and tests.
+func (r *Repo) Store() *store.Store { return r.st }
+
+var _ = context.Background
