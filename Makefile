@@ -34,6 +34,7 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata ./cmd/strata
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
 
 deps:
 	@bash scripts/deps.sh

@@ -20,7 +20,7 @@ type Branch struct {
 // Branches lists branches sorted by name.
 func (r *Repo) Branches(ctx context.Context) ([]Branch, error) {
 	var out []Branch
-	err := r.st.View(ctx, func(tx *store.Tx) error {
+	err := r.view(ctx, func(tx *store.Tx) error {
 		refs, err := tx.Refs("")
 		if err != nil {
 			return err
@@ -55,7 +55,7 @@ func (r *Repo) CreateBranch(ctx context.Context, name, from string) (store.ID, e
 		from = DefaultBranch
 	}
 	var id store.ID
-	err := r.st.Update(ctx, func(tx *store.Tx) error {
+	err := r.update(ctx, func(tx *store.Tx) error {
 		var err error
 		if id, err = resolve(tx, from); err != nil {
 			return err
@@ -78,7 +78,7 @@ func (r *Repo) CreateBranch(ctx context.Context, name, from string) (store.ID, e
 // the operation log until gc's prune window passes.
 func (r *Repo) DeleteBranch(ctx context.Context, name string) (store.ID, error) {
 	var old store.ID
-	err := r.st.Update(ctx, func(tx *store.Tx) error {
+	err := r.update(ctx, func(tx *store.Tx) error {
 		var err error
 		if old, err = tx.Ref(name); err != nil {
 			return fmt.Errorf("branch %q: %w", name, err)

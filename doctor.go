@@ -33,10 +33,19 @@ type Check struct {
 
 // DoctorReport is what this kernel and user allow.
 type DoctorReport struct {
-	Kernel   string  `json:"kernel"`
-	UID      int     `json:"uid"`
-	RealRoot bool    `json:"real_root"`
-	Checks   []Check `json:"checks"`
+	Kernel   string          `json:"kernel"`
+	UID      int             `json:"uid"`
+	RealRoot bool            `json:"real_root"`
+	Checks   []Check         `json:"checks"`
+	Sandbox  []SandboxReport `json:"sandbox"`
+}
+
+// SandboxReport says what one --sandbox mode enforces on this kernel, and
+// what it asks for that the kernel cannot enforce.
+type SandboxReport struct {
+	Mode     string   `json:"mode"`
+	Enforces []string `json:"enforces"`
+	Missing  []string `json:"missing,omitempty"`
 }
 
 // OK reports whether every required check passed.
@@ -132,7 +141,50 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 
 	add(cgroupCheck())
 	add(subIDCheck())
+	rep.Sandbox = sandboxReports(abi)
 	return rep
+}
+
+// sandboxReports plans each sandbox mode for this kernel, as exec would.
+func sandboxReports(abi int) []SandboxReport {
+	seccompOK, _ := seccomp.Available()
+	var out []SandboxReport
+	for _, mode := range []string{SandboxAgent, SandboxStrict} {
+		rep := SandboxReport{Mode: mode}
+		pol := landlock.Agent("/", "/tmp", nil, nil)
+		if mode == SandboxStrict {
+			pol = landlock.Strict("/", "/tmp", nil, nil)
+		}
+		rs, err := landlock.Plan(pol, abi)
+		switch {
+		case err != nil:
+			rep.Missing = append(rep.Missing, err.Error())
+		case !rs.Enforced():
+			rep.Missing = append(rep.Missing, "no filesystem fence: Landlock is not available")
+		default:
+			rep.Enforces = append(rep.Enforces, fmt.Sprintf("Landlock ABI %d: filesystem access limited to the workspace, /tmp and read-only system dirs (%s)", rs.ABI, rs.HandledFS))
+			if rs.HandledNet != 0 {
+				rep.Enforces = append(rep.Enforces, "Landlock: TCP "+rs.HandledNet.String()+" only to listed ports")
+			}
+			if rs.Scoped != 0 {
+				rep.Enforces = append(rep.Enforces, "Landlock scoping: "+rs.Scoped.String()+" confined to the workspace")
+			}
+			rep.Missing = append(rep.Missing, rs.Warnings...)
+		}
+		if seccompOK {
+			rep.Enforces = append(rep.Enforces, "seccomp: ptrace, mount, bpf, io_uring, namespaces, kexec, modules, keyrings and clock changes return EPERM (x86-64, x86 and x32 ABIs)")
+			if mode == SandboxStrict {
+				rep.Enforces = append(rep.Enforces, "seccomp: sockets other than AF_UNIX return EPERM")
+			}
+		} else {
+			rep.Missing = append(rep.Missing, "no syscall filter: seccomp is not available")
+		}
+		if mode == SandboxStrict {
+			rep.Enforces = append(rep.Enforces, "a private network namespace with loopback only (--net none)")
+		}
+		out = append(out, rep)
+	}
+	return append(out, SandboxReport{Mode: SandboxNone, Missing: []string{"nothing is enforced beyond the workspace's private mount namespace: for trusted work only"}})
 }
 
 func hintIfSet() string {

@@ -31,7 +31,7 @@ func (r *Repo) Export(ctx context.Context, ref, dir string, opts ExportOptions) 
 	}
 	var c *store.Commit
 	var id store.ID
-	if err := r.st.View(ctx, func(tx *store.Tx) error {
+	if err := r.view(ctx, func(tx *store.Tx) error {
 		var err error
 		if id, err = resolve(tx, ref); err != nil {
 			return err
@@ -41,7 +41,11 @@ func (r *Repo) Export(ctx context.Context, ref, dir string, opts ExportOptions) 
 	}); err != nil {
 		return nil, err
 	}
-	err = snapshot.Materialize(ctx, r.st, c.Tree, abs, snapshot.MaterializeOptions{
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	err = snapshot.Materialize(ctx, st, c.Tree, abs, snapshot.MaterializeOptions{
 		Chown:    os.Geteuid() == 0,
 		Warn:     opts.Warn,
 		Progress: opts.Progress,

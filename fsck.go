@@ -10,5 +10,9 @@ import (
 // cache. The report lists each problem with the branches and workspaces it
 // affects.
 func (r *Repo) Fsck(ctx context.Context, progress func(done, total int64)) (*store.FsckReport, error) {
-	return r.st.Fsck(ctx, progress)
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	return st.Fsck(ctx, progress)
 }

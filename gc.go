@@ -28,7 +28,11 @@ type GCResult struct {
 // commit in progress in another process. It is safe while other processes
 // use the store.
 func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
-	res, err := r.st.GC(ctx, store.GCOptions{Prune: opts.Prune, DryRun: opts.DryRun, Progress: opts.Progress})
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	res, err := st.GC(ctx, store.GCOptions{Prune: opts.Prune, DryRun: opts.DryRun, Progress: opts.Progress})
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func (r *Repo) Import(ctx context.Context, dir string, opts ImportOptions) (*Imp
 		msg = "import " + abs
 	}
 	var parent store.ID
-	if err := r.st.View(ctx, func(tx *store.Tx) error {
+	if err := r.view(ctx, func(tx *store.Tx) error {
 		id, err := tx.Ref(branch)
 		if err != nil && !isNotFound(err) {
 			return err
@@ -87,12 +87,16 @@ func (r *Repo) Import(ctx context.Context, dir string, opts ImportOptions) (*Imp
 		return nil, err
 	}
 
-	w, err := r.st.NewWriter(ctx, "import "+abs)
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	w, err := st.NewWriter(ctx, "import "+abs)
 	if err != nil {
 		return nil, err
 	}
 	defer w.Abort() // after Finish, a no-op
-	res, err := snapshot.Import(ctx, r.st, w, abs, snapshot.ImportOptions{
+	res, err := snapshot.Import(ctx, st, w, abs, snapshot.ImportOptions{
 		Exclude:        opts.Exclude,
 		SkipUnreadable: opts.SkipUnreadable,
 		NoStatCache:    opts.NoStatCache,

@@ -24,7 +24,7 @@ func (r *Repo) Log(ctx context.Context, ref string, n int) ([]LogEntry, error) {
 		ref = DefaultBranch
 	}
 	var out []LogEntry
-	err := r.st.View(ctx, func(tx *store.Tx) error {
+	err := r.view(ctx, func(tx *store.Tx) error {
 		id, err := resolve(tx, ref)
 		if err != nil {
 			return err

@@ -14,7 +14,7 @@ import (
 // a commit id.
 func (r *Repo) Resolve(ctx context.Context, ref string) (store.ID, error) {
 	var id store.ID
-	err := r.st.View(ctx, func(tx *store.Tx) error {
+	err := r.view(ctx, func(tx *store.Tx) error {
 		var err error
 		id, err = resolve(tx, ref)
 		return err

@@ -61,7 +61,7 @@ func (r *Repo) Show(ctx context.Context, spec string) (*Shown, error) {
 	ref, p, hasPath := strings.Cut(spec, ":")
 	var out Shown
 	var c *store.Commit
-	err := r.st.View(ctx, func(tx *store.Tx) error {
+	err := r.view(ctx, func(tx *store.Tx) error {
 		id, err := resolve(tx, ref)
 		if err != nil {
 			return err
@@ -80,7 +80,11 @@ func (r *Repo) Show(ctx context.Context, spec string) (*Shown, error) {
 	out.Path = p
 	treeID := c.Tree
 	if p != "" {
-		e, err := snapshot.Lookup(ctx, r.st, c.Tree, p)
+		st, err := r.db()
+		if err != nil {
+			return nil, err
+		}
+		e, err := snapshot.Lookup(ctx, st, c.Tree, p)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%s: %w", ref, p, err)
 		}
@@ -91,7 +95,7 @@ func (r *Repo) Show(ctx context.Context, spec string) (*Shown, error) {
 		}
 		treeID = e.Content
 	}
-	err = r.st.View(ctx, func(tx *store.Tx) error {
+	err = r.view(ctx, func(tx *store.Tx) error {
 		t, err := tx.Tree(treeID)
 		if err != nil {
 			return err
@@ -112,7 +116,11 @@ func (r *Repo) WriteContent(ctx context.Context, s *Shown, w io.Writer) error {
 	}
 	switch s.raw.Type {
 	case store.TypeFile:
-		_, err := r.st.ReadContentTo(ctx, s.raw.Content, w)
+		st, err := r.db()
+		if err != nil {
+			return err
+		}
+		_, err = st.ReadContentTo(ctx, s.raw.Content, w)
 		return err
 	case store.TypeSymlink:
 		_, err := io.WriteString(w, s.raw.Target)

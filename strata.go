@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/stratafs/strata/store"
 )
@@ -46,10 +47,20 @@ var (
 // dbName is the database file inside the home directory.
 const dbName = "strata.db"
 
-// Repo is an open store.
+// Repo is an open store. The database is opened on first use, so that
+// commands that only talk to a running workspace (exec into a live keeper)
+// never pay for it.
 type Repo struct {
-	home string
-	st   *store.Store
+	home     string
+	readOnly bool
+
+	once  sync.Once
+	st    *store.Store
+	stErr error
+
+	// pending writers hold leases on objects that results handed out
+	// (a workspace diff's contents) until Close.
+	pending []*store.Writer
 }
 
 // OpenOptions tune Open.
@@ -83,31 +94,66 @@ func Init(home string) (*Repo, error) {
 	return Open(home, OpenOptions{Create: true})
 }
 
-// Open opens the store at home.
+// Open opens the store at home. The database itself is opened lazily, on
+// the first call that needs it.
 func Open(home string, opts OpenOptions) (*Repo, error) {
 	abs, err := filepath.Abs(home)
 	if err != nil {
 		return nil, err
 	}
-	if !opts.Create {
-		if _, err := os.Stat(filepath.Join(abs, dbName)); errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%s: %w (run `strata init`, or pass --home)", abs, ErrNoStore)
+	r := &Repo{home: abs, readOnly: opts.ReadOnly}
+	if opts.Create {
+		if _, err := r.db(); err != nil {
+			return nil, err
 		}
+		return r, nil
 	}
-	st, err := store.Open(abs, store.Options{ReadOnly: opts.ReadOnly})
-	if err != nil {
-		return nil, err
+	if _, err := os.Stat(filepath.Join(abs, dbName)); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w (run `strata init`, or pass --home)", abs, ErrNoStore)
 	}
-	return &Repo{home: abs, st: st}, nil
+	return r, nil
+}
+
+// db returns the store, opening it on first use.
+func (r *Repo) db() (*store.Store, error) {
+	r.once.Do(func() {
+		r.st, r.stErr = store.Open(r.home, store.Options{ReadOnly: r.readOnly})
+	})
+	return r.st, r.stErr
 }
 
 // Close releases the store.
-func (r *Repo) Close() error { return r.st.Close() }
+func (r *Repo) Close() error {
+	r.once.Do(func() {}) // no open after Close
+	if r.st == nil {
+		return nil
+	}
+	for _, w := range r.pending {
+		_ = w.Abort()
+	}
+	return r.st.Close()
+}
 
 // Home is the store directory.
 func (r *Repo) Home() string { return r.home }
 
 // Store exposes the underlying object store, for tools and tests.
-func (r *Repo) Store() *store.Store { return r.st }
+func (r *Repo) Store() (*store.Store, error) { return r.db() }
 
-var _ = context.Background
+// view runs fn in a read transaction.
+func (r *Repo) view(ctx context.Context, fn func(tx *store.Tx) error) error {
+	st, err := r.db()
+	if err != nil {
+		return err
+	}
+	return st.View(ctx, fn)
+}
+
+// update runs fn in a write transaction.
+func (r *Repo) update(ctx context.Context, fn func(tx *store.Tx) error) error {
+	st, err := r.db()
+	if err != nil {
+		return err
+	}
+	return st.Update(ctx, fn)
+}

@@ -49,7 +49,7 @@ var ErrNoUserNS = errors.New("cannot create a user namespace")
 // in a new mount namespace as real root. scratch is an empty directory on
 // the filesystem upper and work will live on.
 func ProbeOverlay(ctx context.Context, scratch string, userns bool) (overlayfs.Features, error) {
-	cmd := Command(entryProbeOverlay, scratch)
+	cmd := Reexec(entryProbeOverlay, scratch)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	if userns || !RealRoot() {
 		SetUserNS(cmd.SysProcAttr)

@@ -43,9 +43,9 @@ func Init() {
 // keeps working if the binary is replaced or deleted while strata runs.
 const Self = "/proc/self/exe"
 
-// Command returns a command that re-executes this binary at entry point
+// Reexec returns a command that re-executes this binary at entry point
 // name with args.
-func Command(name string, args ...string) *exec.Cmd {
+func Reexec(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(Self, args...)
 	cmd.Args = append([]string{argv0Prefix + name}, args...)
 	return cmd

@@ -16,7 +16,7 @@ tmp=$(mktemp -d /tmp/strata-it.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO test -tags integration -c -o "$tmp/integration.test" ./integration
-cp bin/strata "$tmp/strata"
+cp bin/strata bin/strata-init "$tmp/"
 chmod 755 "$tmp/integration.test" "$tmp/strata"
 export STRATA_BIN="$tmp/strata"
 export GOTRACEBACK=all

@@ -1,6 +1,7 @@
 // Package snapshot is strata's tree model: it turns a directory on disk into
 // store objects (Import), store objects back into a directory (Materialize),
-// and compares and inspects trees (Walk, Lookup, Diff).
+// compares and inspects trees (Walk, Lookup, Diff), and writes commits as
+// overlay layers (LayerCache, WriteDelta).
 //
 // Terms, used exactly in this package:
 //
@@ -27,6 +28,16 @@
 //     directory descriptor and no symlink is ever followed.
 //   - change: one path that differs between two trees (Diff): Added,
 //     Deleted or Modified, with the entry on each side.
+//   - layer: a read-only directory in overlay format holding a commit's
+//     delta from its first parent (a root commit's: its full tree):
+//     changed entries, whiteouts (character devices 0/0) for deleted
+//     ones, opaque directories where a directory replaces a
+//     non-directory. A flattened layer holds a commit's full tree.
+//   - flavour: the xattr namespace of a layer's overlay markers, "user"
+//     (rootless mounts) or "trusted" (real root).
+//   - layer stack: a commit's layers, topmost first, down to a full
+//     layer: the lowerdirs of its workspaces. LayerCache builds and
+//     evicts them.
 //
 // See docs/snapshot.md for what is recorded and skipped, how the stat cache
 // decides, and measured figures.

@@ -69,6 +69,10 @@ type materializer struct {
 	errOnce  sync.Once
 	firstErr error
 
+	// layer, when set, makes the writer produce an overlay layer (see
+	// layer.go): whiteouts, opaque directories, no overlay xattrs.
+	layer *layerSpec
+
 	jobs   chan fileJob
 	groups map[string]linkSource // LinkGroup → its first member
 	links  []linkJob             // later members, linked after all files exist
@@ -90,8 +94,9 @@ type linkSource struct {
 type linkJob struct{ rel, src string }
 
 type dirJob struct {
-	rel string
-	e   *store.TreeEntry
+	rel    string
+	e      *store.TreeEntry
+	opaque bool // a layer's opaque directory
 }
 
 // dirHandle is an open directory shared by the walk and the file workers;
@@ -116,9 +121,6 @@ func (h *dirHandle) release() {
 }
 
 func materialize(ctx context.Context, r objectReader, tree store.ID, dir string, opts MaterializeOptions, cfg matConfig) (err error) {
-	if cfg.workers == 0 {
-		cfg.workers = 2 * runtime.GOMAXPROCS(0)
-	}
 	rootFD, created, err := openTarget(dir)
 	if err != nil {
 		return fmt.Errorf("materialize: %w", err)
@@ -130,22 +132,9 @@ func materialize(ctx context.Context, r objectReader, tree store.ID, dir string,
 		}
 		unix.Close(rootFD)
 	}()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	m := &materializer{
-		ctx: ctx, cancel: cancel, r: r, opts: opts, cfg: cfg,
-		trees:  map[store.ID]*store.Tree{},
-		rootFD: rootFD,
-		prog:   progress{fn: opts.Progress},
-		groups: map[string]linkSource{},
-	}
-	m.prog.phase(PhaseWalk, 0, 0)
-	if err := r.view(ctx, func(tg treeGetter) error { return m.load(tg, tree, "", 0) }); err != nil {
-		return err
-	}
-	entries, bytes := m.totals(tree)
-	m.prog.phase(PhaseWrite, entries, bytes)
-	if err := m.write(tree); err != nil {
+	m := newMaterializer(r, opts, cfg, rootFD)
+	err = m.run(ctx, tree, func(tg treeGetter) error { return m.load(tg, tree, "", 0) })
+	if err != nil {
 		return err
 	}
 	if created {
@@ -153,6 +142,37 @@ func materialize(ctx context.Context, r objectReader, tree store.ID, dir string,
 		if err := unix.Fchmod(rootFD, 0o755); err != nil {
 			return &fs.PathError{Op: "chmod", Path: dir, Err: err}
 		}
+	}
+	return nil
+}
+
+func newMaterializer(r objectReader, opts MaterializeOptions, cfg matConfig, rootFD int) *materializer {
+	if cfg.workers == 0 {
+		cfg.workers = 2 * runtime.GOMAXPROCS(0)
+	}
+	return &materializer{
+		r: r, opts: opts, cfg: cfg,
+		trees:  map[store.ID]*store.Tree{},
+		rootFD: rootFD,
+		prog:   progress{fn: opts.Progress},
+		groups: map[string]linkSource{},
+	}
+}
+
+// run loads the trees to write with load (in one read view of the store;
+// load fills m.trees), then writes tree, whose entries and subtrees must
+// all be in m.trees, into the directory open at m.rootFD.
+func (m *materializer) run(ctx context.Context, tree store.ID, load func(tg treeGetter) error) error {
+	m.ctx, m.cancel = context.WithCancel(ctx)
+	defer m.cancel()
+	m.prog.phase(PhaseWalk, 0, 0)
+	if err := m.r.view(m.ctx, load); err != nil {
+		return err
+	}
+	entries, bytes := m.totals(tree)
+	m.prog.phase(PhaseWrite, entries, bytes)
+	if err := m.write(tree); err != nil {
+		return err
 	}
 	m.prog.flush()
 	return nil
@@ -211,14 +231,16 @@ func cleanTarget(rootFD int, dir string, created bool) {
 }
 
 // removeContents empties the directory open at fd, giving directories
-// owner permissions first (they may be read-only).
-func removeContents(fd int, depth int) {
+// owner permissions first (they may be read-only), and returns the bytes
+// of disk space freed: the blocks of every directory removed and of every
+// other inode whose last link was removed.
+func removeContents(fd int, depth int) (freed int64) {
 	if depth > maxDepth {
-		return
+		return 0
 	}
 	names, err := readDirNames(fd, make([]byte, 8192))
 	if err != nil {
-		return
+		return 0
 	}
 	for _, name := range names {
 		var st unix.Stat_t
@@ -228,14 +250,19 @@ func removeContents(fd int, depth int) {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			chmodNoFollow(fd, name, 0o700)
 			if sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
-				removeContents(sub, depth+1)
+				freed += removeContents(sub, depth+1)
 				unix.Close(sub)
 			}
-			unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
+			if unix.Unlinkat(fd, name, unix.AT_REMOVEDIR) == nil {
+				freed += st.Blocks * 512
+			}
 			continue
 		}
-		unix.Unlinkat(fd, name, 0)
+		if unix.Unlinkat(fd, name, 0) == nil && st.Nlink == 1 {
+			freed += st.Blocks * 512
+		}
 	}
+	return freed
 }
 
 func (m *materializer) fail(err error) {
@@ -272,7 +299,26 @@ func (m *materializer) load(tg treeGetter, id store.ID, rel string, depth int) e
 			return fmt.Errorf("tree %s at %q: %w", id.Short(), rel, err)
 		}
 	}
+	if err := checkTree(t, id, rel); err != nil {
+		return err
+	}
 	m.trees[id] = t
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		m.prog.add(1, 0)
+		if e.Type == store.TypeDir {
+			if err := m.load(tg, e.Content, joinRel(rel, e.Name), depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkTree checks that every name of t (tree id, at rel) is one clean
+// path element and that the names are sorted and unique (DESIGN invariant
+// 6: names from the store are untrusted here).
+func checkTree(t *store.Tree, id store.ID, rel string) error {
 	for i := range t.Entries {
 		e := &t.Entries[i]
 		if !validName(e.Name) {
@@ -280,12 +326,6 @@ func (m *materializer) load(tg treeGetter, id store.ID, rel string, depth int) e
 		}
 		if i > 0 && t.Entries[i-1].Name >= e.Name {
 			return fmt.Errorf("tree %s at %q: entries not sorted or not unique at %q: %w", id.Short(), rel, e.Name, store.ErrCorrupt)
-		}
-		m.prog.add(1, 0)
-		if e.Type == store.TypeDir {
-			if err := m.load(tg, e.Content, joinRel(rel, e.Name), depth+1); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -351,7 +391,7 @@ func (m *materializer) write(tree store.ID) error {
 		return err
 	}
 	root := newDirHandle(dupFD)
-	if err := m.createDir(root, "", m.trees[tree]); err != nil {
+	if err := m.createDir(root, "", tree); err != nil {
 		m.fail(err)
 	}
 	root.release()
@@ -369,7 +409,15 @@ func (m *materializer) write(tree store.ID) error {
 	return m.finishDirs()
 }
 
-func (m *materializer) createDir(h *dirHandle, rel string, t *store.Tree) error {
+func (m *materializer) createDir(h *dirHandle, rel string, id store.ID) error {
+	if m.layer != nil {
+		for _, name := range m.layer.whiteouts[id] {
+			if err := m.whiteout(h.fd, joinRel(rel, name)); err != nil {
+				return err
+			}
+		}
+	}
+	t := m.trees[id]
 	for i := range t.Entries {
 		if err := m.ctx.Err(); err != nil {
 			return err
@@ -413,6 +461,9 @@ func (m *materializer) createDir(h *dirHandle, rel string, t *store.Tree) error 
 			m.prog.add(1, 0)
 		case store.TypeSocket:
 			m.warn(crel, "socket; not created")
+			if err := m.shadowWhiteout(h.fd, crel); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("%q: entry type %v: %w", crel, e.Type, store.ErrCorrupt)
 		}
@@ -429,10 +480,10 @@ func (m *materializer) mkdir(h *dirHandle, rel string, e *store.TreeEntry) error
 	if err != nil {
 		return m.pathErr("open", rel, err)
 	}
-	m.dirs = append(m.dirs, dirJob{rel: rel, e: e})
+	m.dirs = append(m.dirs, dirJob{rel: rel, e: e, opaque: m.layer != nil && m.layer.opaque[rel]})
 	m.prog.add(1, 0)
 	child := newDirHandle(fd)
-	err = m.createDir(child, rel, m.trees[e.Content])
+	err = m.createDir(child, rel, e.Content)
 	child.release()
 	return err
 }
@@ -473,19 +524,24 @@ func (m *materializer) writeFile(j fileJob, w *fdWriter, bw *bufio.Writer) error
 	if n != e.Size {
 		return fmt.Errorf("%q: content %s has %d bytes, entry says %d: %w", j.rel, e.Content.Short(), n, e.Size, store.ErrCorrupt)
 	}
-	if err := m.applyFD(fd, j.rel, e); err != nil {
+	if err := m.applyFD(fd, j.rel, e, false); err != nil {
 		return err
 	}
 	m.prog.add(1, 0)
 	return nil
 }
 
-// applyFD sets the metadata of the open file or directory fd: xattrs, then
-// owner, then mode (chown clears setuid and setgid), then times.
-func (m *materializer) applyFD(fd int, rel string, e *store.TreeEntry) error {
+// applyFD sets the metadata of the open file or directory fd: xattrs (and
+// a layer's opaque marker), then owner, then mode (chown clears setuid and
+// setgid), then times.
+func (m *materializer) applyFD(fd int, rel string, e *store.TreeEntry, opaque bool) error {
 	for _, x := range e.Xattrs {
 		if !strings.HasPrefix(x.Name, xattrNamespace) {
 			m.warn(rel, "xattr "+x.Name+" is outside user.*; not set")
+			continue
+		}
+		if m.layer != nil && strings.HasPrefix(x.Name, overlayXattrUser) {
+			m.warn(rel, "xattr "+x.Name+" not written into a layer: overlayfs would interpret it")
 			continue
 		}
 		if err := unix.Fsetxattr(fd, x.Name, x.Value, 0); err != nil {
@@ -494,6 +550,12 @@ func (m *materializer) applyFD(fd int, rel string, e *store.TreeEntry) error {
 				break
 			}
 			return m.pathErr("setxattr "+x.Name, rel, err)
+		}
+	}
+	if opaque {
+		name := m.layer.prefix + "overlay.opaque"
+		if err := unix.Fsetxattr(fd, name, []byte("y"), 0); err != nil {
+			return m.pathErr("setxattr "+name, rel, err)
 		}
 	}
 	if m.opts.Chown {
@@ -549,6 +611,12 @@ func (m *materializer) symlink(h *dirHandle, rel string, e *store.TreeEntry) err
 // CAP_MKNOD in the initial user namespace; without it the device is
 // skipped with a warning.
 func (m *materializer) special(h *dirHandle, rel string, e *store.TreeEntry) error {
+	if m.layer != nil && e.Type == store.TypeCharDev && e.Rdev == 0 {
+		// In a layer, a character device 0/0 is a whiteout: the merged
+		// view cannot show it.
+		m.warn(rel, "character device 0/0 is an overlay whiteout; not created in a layer")
+		return m.shadowWhiteout(h.fd, rel)
+	}
 	var err error
 	switch e.Type {
 	case store.TypeFIFO:
@@ -561,7 +629,7 @@ func (m *materializer) special(h *dirHandle, rel string, e *store.TreeEntry) err
 	if err != nil {
 		if e.Type != store.TypeFIFO && isPermission(err) {
 			m.warn(rel, fmt.Sprintf("%v %d:%d not created: needs privilege (%v)", e.Type, unix.Major(e.Rdev), unix.Minor(e.Rdev), err))
-			return nil
+			return m.shadowWhiteout(h.fd, rel)
 		}
 		return m.pathErr("mknod", rel, err)
 	}
@@ -684,7 +752,7 @@ func (m *materializer) finishDirs() error {
 		if err != nil {
 			return m.pathErr("open", d.rel, err)
 		}
-		err = m.applyFD(fd, d.rel, d.e)
+		err = m.applyFD(fd, d.rel, d.e, d.opaque)
 		unix.Close(fd)
 		if err != nil {
 			return err

@@ -47,17 +47,31 @@ func permuteArgs(app *cli.App, args []string) []string {
 		if cmd.SkipFlagParsing {
 			return append(out, rest...)
 		}
-		return append(out, reorder(cmd.Flags, rest)...)
+		limit, ok := passthroughAfter[cmd.Name]
+		if !ok {
+			limit = -1
+		}
+		return append(out, reorder(cmd.Flags, rest, limit)...)
 	}
 	return out
 }
 
+// passthroughAfter names commands that run a user's command: after this
+// many positionals, the rest is the command line, passed through as is
+// (`strata exec NAME ls -la` leaves -la to ls).
+var passthroughAfter = map[string]int{"exec": 1, "run": 0}
+
 // reorder puts flags (and their values) first, positionals after, and keeps
-// "--" and what follows it last.
-func reorder(flags []cli.Flag, args []string) []string {
+// "--" and what follows it last. With limit >= 0, everything after the
+// first limit+1 positionals is passed through unparsed (passthroughAfter).
+func reorder(flags []cli.Flag, args []string, limit int) []string {
 	var fl, pos []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		if limit >= 0 && len(pos) > limit && a != "--" {
+			// The command line starts here.
+			return append(append(append(fl, "--"), pos...), args[i:]...)
+		}
 		if a == "--" {
 			if len(pos) == 0 {
 				return append(fl, args[i:]...)

@@ -37,6 +37,15 @@ func doctorCommand(e *env) *cli.Command {
 						fmt.Fprintf(w, "       %-36s disables: %s\n", "", ch.Disables)
 					}
 				}
+				for _, sb := range rep.Sandbox {
+					fmt.Fprintf(w, "\n--sandbox %s on this kernel:\n", sb.Mode)
+					for _, en := range sb.Enforces {
+						fmt.Fprintf(w, "  enforces: %s\n", en)
+					}
+					for _, m := range sb.Missing {
+						fmt.Fprintf(w, "  not enforced: %s\n", m)
+					}
+				}
 			}); err != nil {
 				return err
 			}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/stratafs/strata"
+)
+
+func changeCommands(e *env) []*cli.Command {
+	return []*cli.Command{
+		{
+			Name:      "diff",
+			Usage:     "what changed: in a workspace (uncommitted included), in REF, or between A..B",
+			ArgsUsage: "NAME | REF | A..B",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "stat", Usage: "per-file line counts, as git diff --stat"},
+				&cli.BoolFlag{Name: "name-status", Usage: "one line per path: A, D, M or T and the path"},
+				&cli.BoolFlag{Name: "patch", Aliases: []string{"p"}, Usage: "a git-style patch (the default) that git apply accepts"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usagef("diff needs exactly one NAME, REF or A..B")
+				}
+				n := 0
+				for _, f := range []string{"stat", "name-status", "patch"} {
+					if c.Bool(f) {
+						n++
+					}
+				}
+				if n > 1 {
+					return usagef("--stat, --name-status and --patch exclude each other")
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				_, changes, err := r.Diff(c.Context, c.Args().First())
+				if err != nil {
+					return err
+				}
+				if c.Bool("patch") || (n == 0 && !e.json) {
+					return r.WritePatch(c.Context, e.stdout, changes)
+				}
+				files, err := r.FileChanges(c.Context, changes, c.Bool("stat") || e.json)
+				if err != nil {
+					return err
+				}
+				if e.json {
+					for _, f := range files {
+						if err := e.out(f, nil); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				if c.Bool("name-status") {
+					for _, f := range files {
+						fmt.Fprintf(e.stdout, "%s\t%s\n", f.Status, quotePath(f.Path))
+					}
+					return nil
+				}
+				printStat(e.stdout, files)
+				return nil
+			},
+		},
+		{
+			Name:      "commit",
+			Usage:     "store the workspace's changes as a commit on its branch",
+			ArgsUsage: "NAME",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "commit message"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usagef("commit needs exactly one NAME")
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				res, err := r.Commit(c.Context, c.Args().First(), c.String("message"))
+				if err != nil {
+					return err
+				}
+				return e.out(res, func(w io.Writer) {
+					if res.Clean {
+						fmt.Fprintf(w, "nothing to commit: workspace %s is at %s\n", res.Workspace, res.Commit.Short())
+						return
+					}
+					fmt.Fprintf(w, "committed %s on %s: %d changed paths, %d new objects (%s) in %s\n", res.Commit.Short(), res.Branch,
+						res.Changed, res.NewObjects, ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Microsecond))
+				})
+			},
+		},
+		{
+			Name:      "reset",
+			Usage:     "drop uncommitted changes (ends the workspace's processes); optionally move it and its branch to REF",
+			ArgsUsage: "NAME [REF]",
+			Action: func(c *cli.Context) error {
+				if c.NArg() < 1 || c.NArg() > 2 {
+					return usagef("reset needs NAME and at most one REF")
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				name := c.Args().Get(0)
+				id, err := r.Reset(c.Context, name, c.Args().Get(1))
+				if err != nil {
+					return err
+				}
+				return e.out(map[string]any{"workspace": name, "commit": id}, func(w io.Writer) {
+					fmt.Fprintf(w, "workspace %s reset to %s\n", name, id.Short())
+				})
+			},
+		},
+		{
+			Name:      "promote",
+			Usage:     "merge a workspace's branch (or a branch) into the branch it was forked from, or --into",
+			ArgsUsage: "NAME|BRANCH",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "into", Usage: "target branch (default: the branch the workspace was forked from, else main)"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usagef("promote needs exactly one NAME or BRANCH")
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				res, err := r.Promote(c.Context, c.Args().First(), c.String("into"))
+				if err != nil {
+					return err
+				}
+				return e.out(res, func(w io.Writer) {
+					fmt.Fprintf(w, "promoted %s into %s (%s): %s\n", res.From, res.Into, res.How, res.Commit.Short())
+				})
+			},
+		},
+		{
+			Name:      "apply",
+			Usage:     "write the change (base..REF) into a real directory",
+			ArgsUsage: "REF|NAME|A..B",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "to", Usage: "the directory to write into (required)"},
+				&cli.BoolFlag{Name: "force", Usage: "overwrite files that differ from the base version"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 || c.String("to") == "" {
+					return usagef("apply needs REF, NAME or A..B and --to DIR")
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				res, err := r.Apply(c.Context, c.Args().First(), c.String("to"), c.Bool("force"))
+				if err != nil {
+					return err
+				}
+				if e.json {
+					return e.out(res, nil)
+				}
+				for _, w := range res.Written {
+					fmt.Fprintf(e.stdout, "%s\t%s\n", w.Op, quotePath(w.Path))
+				}
+				fmt.Fprintf(e.stdout, "applied %s..%s to %s: %d paths\n", res.From.Short(), res.To.Short(), res.Dir, len(res.Written))
+				return nil
+			},
+		},
+	}
+}
+
+// printStat prints git diff --stat style lines and the summary.
+func printStat(w io.Writer, files []strata.FileChange) {
+	if len(files) == 0 {
+		return
+	}
+	width := 0
+	for _, f := range files {
+		if l := len(quotePath(f.Path)); l > width {
+			width = l
+		}
+	}
+	if width > 60 {
+		width = 60
+	}
+	var ins, del int
+	for _, f := range files {
+		name := quotePath(f.Path)
+		if f.Binary {
+			fmt.Fprintf(w, " %-*s | Bin\n", width, name)
+			continue
+		}
+		ins += f.Added
+		del += f.Deleted
+		n := f.Added + f.Deleted
+		bar := strings.Repeat("+", min(f.Added, 40)) + strings.Repeat("-", min(f.Deleted, 40))
+		fmt.Fprintf(w, " %-*s | %d %s\n", width, name, n, bar)
+	}
+	fmt.Fprintf(w, " %d file%s changed, %d insertion%s(+), %d deletion%s(-)\n",
+		len(files), plural(len(files)), ins, plural(ins), del, plural(del))
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

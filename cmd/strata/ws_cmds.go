@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/stratafs/strata"
+)
+
+func wsCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "ws",
+		Usage: "create, list, stop and remove workspaces",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "create",
+				Usage:     "new workspace; by default on a new branch ws/NAME forked from REF (default main)",
+				ArgsUsage: "[NAME]",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "from", Usage: "REF to fork (default main)"},
+					&cli.StringFlag{Name: "branch", Usage: "bind to this branch (created at --from if missing) instead of ws/NAME"},
+					&cli.BoolFlag{Name: "tmpfs", Usage: "keep changes on a tmpfs (/dev/shm): faster, lost at reboot"},
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() > 1 {
+						return usagef("ws create takes at most one NAME")
+					}
+					r, err := e.open(strata.OpenOptions{Create: true})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					w, err := r.CreateWorkspace(c.Context, c.Args().First(), strata.WorkspaceOptions{
+						From: c.String("from"), Branch: c.String("branch"), Tmpfs: c.Bool("tmpfs"),
+					})
+					if err != nil {
+						return err
+					}
+					return e.out(w, func(o io.Writer) {
+						fmt.Fprintf(o, "workspace %s on branch %s at %s\n", w.Name, w.Branch, w.Base.Short())
+					})
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "name, branch, base commit, state, size of changes",
+				Action: func(c *cli.Context) error {
+					r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					wss, err := r.Workspaces(c.Context)
+					if err != nil {
+						return err
+					}
+					if e.json {
+						for _, w := range wss {
+							if err := e.out(w, nil); err != nil {
+								return err
+							}
+						}
+						return nil
+					}
+					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tBRANCH\tBASE\tSTATE\tCHANGES")
+					for _, w := range wss {
+						state := w.State
+						if w.Tmpfs {
+							state += " (tmpfs)"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.Name, w.Branch, w.Base.Short(), state, ibytes(w.Changes))
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "path",
+				Usage:     "a host path where the merged view can be read and written (starts the workspace)",
+				ArgsUsage: "NAME",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef("ws path needs exactly one NAME")
+					}
+					r, err := e.open(strata.OpenOptions{})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					p, err := r.WorkspacePath(c.Context, c.Args().First())
+					if err != nil {
+						return err
+					}
+					return e.out(map[string]string{"name": c.Args().First(), "path": p}, func(o io.Writer) { fmt.Fprintln(o, p) })
+				},
+			},
+			{
+				Name:      "stop",
+				Usage:     "end its processes and unmount; changes are kept",
+				ArgsUsage: "NAME",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef("ws stop needs exactly one NAME")
+					}
+					r, err := e.open(strata.OpenOptions{})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					name := c.Args().First()
+					if err := r.StopWorkspace(c.Context, name); err != nil {
+						return err
+					}
+					return e.out(map[string]string{"name": name, "state": "stopped"}, func(o io.Writer) {
+						fmt.Fprintf(o, "workspace %s stopped\n", name)
+					})
+				},
+			},
+			{
+				Name:      "rm",
+				Usage:     "stop and delete it with its uncommitted changes (--force when there are any)",
+				ArgsUsage: "NAME...",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "force", Aliases: []string{"f"}, Usage: "discard uncommitted changes"},
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() < 1 {
+						return usagef("ws rm needs a NAME")
+					}
+					r, err := e.open(strata.OpenOptions{})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					for _, name := range c.Args().Slice() {
+						if err := r.RemoveWorkspace(c.Context, name, c.Bool("force")); err != nil {
+							return err
+						}
+						if err := e.out(map[string]string{"name": name, "state": "removed"}, func(o io.Writer) {
+							fmt.Fprintf(o, "workspace %s removed\n", name)
+						}); err != nil {
+							return err
+						}
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+// sandboxFlags are the sandbox flags of exec, shell and run (CLI.md).
+func sandboxFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "sandbox", Value: strata.SandboxAgent, Usage: "agent, strict (agent + no network) or none"},
+		&cli.StringFlag{Name: "net", Usage: "host or none (a private network namespace with loopback only)"},
+		&cli.StringSliceFlag{Name: "rw", Usage: "extra PATH visible read-write (repeatable)"},
+		&cli.StringSliceFlag{Name: "ro", Usage: "extra PATH visible read-only, e.g. a toolchain (repeatable)"},
+		&cli.StringSliceFlag{Name: "allow-connect", Usage: "TCP PORT the command may connect to (Landlock ABI 4+; repeatable)"},
+		&cli.StringSliceFlag{Name: "allow-bind", Usage: "TCP PORT the command may bind (Landlock ABI 4+; repeatable)"},
+		&cli.IntFlag{Name: "sandbox-require-abi", Usage: "refuse to run unless the kernel's Landlock ABI is at least N"},
+	}
+}
+
+func sandboxOptions(e *env, c *cli.Context) (strata.SandboxOptions, error) {
+	ports := func(flag string) ([]uint16, error) {
+		var out []uint16
+		for _, s := range c.StringSlice(flag) {
+			n, err := strconv.ParseUint(s, 10, 16)
+			if err != nil {
+				return nil, usagef("--%s %q: want a TCP port number", flag, s)
+			}
+			out = append(out, uint16(n))
+		}
+		return out, nil
+	}
+	conn, err := ports("allow-connect")
+	if err != nil {
+		return strata.SandboxOptions{}, err
+	}
+	bind, err := ports("allow-bind")
+	if err != nil {
+		return strata.SandboxOptions{}, err
+	}
+	return strata.SandboxOptions{
+		Mode: c.String("sandbox"), Net: c.String("net"),
+		RW: c.StringSlice("rw"), RO: c.StringSlice("ro"),
+		AllowConnect: conn, AllowBind: bind,
+		RequireABI: c.Int("sandbox-require-abi"),
+		Warn:       func(msg string) { e.warn("", msg) },
+	}, nil
+}
+
+func execCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "exec",
+		Usage:     "run a command in a workspace (exit status is the command's)",
+		ArgsUsage: "NAME -- CMD [ARG...]",
+		Flags: append(sandboxFlags(),
+			&cli.StringFlag{Name: "cwd", Usage: "working directory inside the workspace (relative to its root)"},
+			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the command's environment (repeatable)"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 2 {
+				return usagef("exec needs NAME -- CMD [ARG...]")
+			}
+			args := c.Args().Slice()
+			return e.runInWorkspace(c, args[0], args[1:], false)
+		},
+	}
+}
+
+func shellCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "shell",
+		Usage:     "an interactive shell in a workspace",
+		ArgsUsage: "NAME",
+		Flags: append(sandboxFlags(),
+			&cli.StringFlag{Name: "cwd", Usage: "working directory inside the workspace"},
+			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the shell's environment (repeatable)"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usagef("shell needs exactly one NAME")
+			}
+			return e.runInWorkspace(c, c.Args().First(), nil, true)
+		},
+	}
+}
+
+// runInWorkspace is exec and shell: the command's exit code becomes
+// strata's; strata's own failures exit 125.
+func (e *env) runInWorkspace(c *cli.Context, name string, argv []string, shell bool) error {
+	sb, err := sandboxOptions(e, c)
+	if err != nil {
+		return err
+	}
+	for _, kv := range c.StringSlice("env") {
+		if !strings.Contains(kv, "=") {
+			return usagef("--env %q: want K=V", kv)
+		}
+	}
+	r, err := e.open(strata.OpenOptions{})
+	if err != nil {
+		return &exitCode{code: exitStrata, err: err}
+	}
+	defer r.Close()
+	opts := strata.ExecOptions{
+		Argv: argv, Env: c.StringSlice("env"), Cwd: c.String("cwd"), Sandbox: sb,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	}
+	// Signals go to the command (nsexec forwards them), not to strata:
+	// Ctrl-C must interrupt the command, not kill it through a cancelled
+	// context.
+	ctx := context.WithoutCancel(c.Context)
+	var st strata.ExitStatus
+	if shell {
+		st, err = r.Shell(ctx, name, opts)
+	} else {
+		st, err = r.Exec(ctx, name, opts)
+	}
+	if err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) || errors.Is(err, strata.ErrInvalidName) {
+			return err
+		}
+		return &exitCode{code: exitStrata, err: err}
+	}
+	if st.Code != 0 {
+		return &exitCode{code: st.Code}
+	}
+	return nil
+}

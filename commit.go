@@ -1,0 +1,262 @@
+package strata
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/overlayfs"
+	"github.com/stratafs/strata/snapshot"
+	"github.com/stratafs/strata/store"
+)
+
+// CommitResult reports a commit.
+type CommitResult struct {
+	Commit    store.ID          `json:"commit"`
+	Parent    store.ID          `json:"parent"`
+	Branch    string            `json:"branch"`
+	Workspace string            `json:"workspace"`
+	Stats     store.CommitStats `json:"stats"`
+	// Clean is true when the workspace had nothing to commit: no commit
+	// was made and Commit is the workspace's base.
+	Clean      bool  `json:"clean"`
+	Changed    int   `json:"changed"`
+	FilesRead  int64 `json:"files_read"`
+	NewObjects int64 `json:"new_objects"`
+	NewBytes   int64 `json:"new_bytes"`
+	DurationNs int64 `json:"duration_ns"`
+}
+
+// tree of a workspace: what its merged view holds now.
+type wsTree struct {
+	w      *store.Workspace
+	x      wsExtra
+	base   *store.Commit // the workspace's base commit
+	tree   store.ID      // the merged view as a tree
+	result *snapshot.ApplyResult
+}
+
+// workspaceTree reads a workspace's upper directory into a tree through
+// writer wr: the merged view as it is now. The workspace's processes are
+// stopped (SIGSTOP) while the upper is read, so that no file is caught half
+// written; they continue as soon as the scan is done.
+func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer) (*wsTree, error) {
+	w, x, err := r.loadWorkspace(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	mb := x.mountBase(w)
+	var base, mountBase *store.Commit
+	if err := st.View(ctx, func(tx *store.Tx) error {
+		var err error
+		if base, err = tx.Commit(w.Base); err != nil {
+			return err
+		}
+		mountBase, err = tx.Commit(mb)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := &wsTree{w: w, x: x, base: base}
+	if dirEmpty(x.Upper) {
+		out.tree = mountBase.Tree
+		out.result = &snapshot.ApplyResult{Tree: mountBase.Tree, Stats: mountBase.Stats}
+		return out, nil
+	}
+	lowers, err := r.layerStack(ctx, mb)
+	if err != nil {
+		return nil, err
+	}
+	thaw, err := nsexec.Freeze(w.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer thaw()
+	flavour := overlayfs.FlavourUser
+	if nsexec.RealRoot() {
+		flavour = overlayfs.FlavourTrusted
+	}
+	changes, err := overlayfs.Changes(x.Upper, lowers, flavour)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
+	}
+	res, err := snapshot.ApplyUpper(ctx, st, wr, mountBase.Tree, upperChanges(changes), snapshot.ApplyOptions{
+		StatCacheRoot: x.Upper,
+		BaseStats:     &mountBase.Stats,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q: %w", name, err)
+	}
+	out.tree, out.result = res.Tree, res
+	return out, nil
+}
+
+// upperChanges converts the overlay's view of a delta into snapshot's.
+func upperChanges(cs []overlayfs.Change) []snapshot.UpperChange {
+	out := make([]snapshot.UpperChange, 0, len(cs))
+	for i := range cs {
+		c := cs[i]
+		u := snapshot.UpperChange{
+			Path:         c.Path,
+			Opaque:       c.Opaque,
+			RedirectFrom: c.RedirectFrom,
+			UpperPath:    c.UpperPath,
+		}
+		switch c.Kind {
+		case overlayfs.Added:
+			u.Kind = snapshot.UpperAdded
+		case overlayfs.Modified:
+			u.Kind = snapshot.UpperModified
+			if c.Stat.Mode.IsRegular() {
+				u.ContentEqual = c.ContentEqual
+			}
+		case overlayfs.Deleted:
+			u.Kind = snapshot.UpperDeleted
+		case overlayfs.Replaced:
+			u.Kind = snapshot.UpperReplaced
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// Commit stores a workspace's changes as a commit on its branch, moved by
+// compare-and-swap: if the branch moved since the workspace's base (another
+// workspace or a promote), Commit fails with ErrConflict and the changes
+// stay in the workspace. Only changed data becomes new objects. The
+// workspace continues, clean, on the new commit.
+func (r *Repo) Commit(ctx context.Context, name, msg string) (*CommitResult, error) {
+	start := time.Now()
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	wr, err := st.NewWriter(ctx, "commit "+name)
+	if err != nil {
+		return nil, err
+	}
+	defer wr.Abort()
+	wt, err := r.workspaceTree(ctx, name, wr)
+	if err != nil {
+		return nil, err
+	}
+	w := wt.w
+	out := &CommitResult{
+		Parent: w.Base, Branch: w.Branch, Workspace: name,
+		Stats: wt.result.Stats, Changed: wt.result.Changed, FilesRead: wt.result.FilesRead,
+	}
+	if wt.tree == wt.base.Tree {
+		out.Clean, out.Commit = true, w.Base
+		out.Stats = wt.base.Stats
+		out.DurationNs = time.Since(start).Nanoseconds()
+		return out, nil
+	}
+	if msg == "" {
+		msg = "commit " + name
+	}
+	err = wr.Finish(func(tx *store.Tx) error {
+		c := &store.Commit{
+			Tree: wt.tree, Parents: []store.ID{w.Base}, Message: msg,
+			TimeNs: time.Now().UnixNano(), Source: wt.base.Source, Stats: wt.result.Stats,
+		}
+		id, err := tx.PutCommit(c)
+		if err != nil {
+			return err
+		}
+		if err := tx.SetRef(w.Branch, w.Base, id); err != nil {
+			return fmt.Errorf("branch %q moved since workspace %q was based on %s (another commit or a promote); the changes stay in the workspace — reset it onto the branch or commit them elsewhere: %w",
+				w.Branch, name, w.Base.Short(), err)
+		}
+		cur, err := tx.Workspace(name)
+		if err != nil {
+			return err
+		}
+		if cur.Base != w.Base {
+			return fmt.Errorf("workspace %q was committed by another process meanwhile: %w", name, ErrConflict)
+		}
+		cur.Base = id
+		if err := tx.PutWorkspace(cur); err != nil {
+			return err
+		}
+		out.Commit = id
+		return tx.AppendOp(store.Op{Kind: "commit", Ref: w.Branch, Old: w.Base, New: id, Detail: name})
+	})
+	if err != nil {
+		return nil, err
+	}
+	ws := wr.Stats()
+	out.NewObjects, out.NewBytes = ws.NewObjects, ws.NewBytes
+	out.DurationNs = time.Since(start).Nanoseconds()
+	return out, nil
+}
+
+// Reset drops a workspace's uncommitted changes; with ref, it also moves
+// the workspace and its branch to ref (compare-and-swap, like git reset
+// --hard). Checkpoints are commits: resetting to one is the rollback. The
+// workspace's processes are ended first: its upper directory is replaced.
+func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
+	w, x, err := r.loadWorkspace(ctx, name)
+	if err != nil {
+		return store.ZeroID, err
+	}
+	target := w.Base
+	if ref != "" {
+		if target, err = r.Resolve(ctx, ref); err != nil {
+			return store.ZeroID, err
+		}
+	}
+	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil {
+		return store.ZeroID, err
+	}
+	if err := clearDir(x.Upper); err != nil {
+		return store.ZeroID, fmt.Errorf("reset %q: %w", name, err)
+	}
+	if err := clearDir(x.Work); err != nil {
+		return store.ZeroID, fmt.Errorf("reset %q: %w", name, err)
+	}
+	err = r.update(ctx, func(tx *store.Tx) error {
+		cur, err := tx.Workspace(name)
+		if err != nil {
+			return err
+		}
+		if target != cur.Base {
+			if err := tx.SetRef(cur.Branch, cur.Base, target); err != nil {
+				return fmt.Errorf("branch %q moved meanwhile: %w", cur.Branch, err)
+			}
+			if err := tx.AppendOp(store.Op{Kind: "reset", Ref: cur.Branch, Old: cur.Base, New: target, Detail: name}); err != nil {
+				return err
+			}
+		}
+		var cx wsExtra
+		_ = json.Unmarshal(cur.Extra, &cx)
+		cx.MountBase = target.String()
+		cur.Extra, _ = json.Marshal(cx)
+		cur.Base = target
+		return tx.PutWorkspace(cur)
+	})
+	return target, err
+}
+
+// clearDir empties dir, keeping dir itself.
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return os.MkdirAll(dir, 0o700)
+		}
+		return err
+	}
+	for _, e := range ents {
+		if err := removeAll(dir + "/" + e.Name()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

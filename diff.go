@@ -1,0 +1,287 @@
+package strata
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/stratafs/strata/internal/textdiff"
+	"github.com/stratafs/strata/snapshot"
+	"github.com/stratafs/strata/store"
+)
+
+// DiffSpec is what a diff compares: two trees, named for output.
+type DiffSpec struct {
+	From, To         store.ID // trees
+	FromRef, ToRef   string   // how the user named them
+	Workspace        string   // set when To is a workspace's current view
+	FromCommit, ToID store.ID // commits, when known
+}
+
+// FileChange is one changed path, with line counts for text files.
+type FileChange struct {
+	Path string `json:"path"`
+	// PathBase64 carries the exact bytes when Path is not valid UTF-8.
+	PathBase64 string `json:"path_base64,omitempty"`
+	// Status is git's letter: A added, D deleted, M modified, T type
+	// changed.
+	Status  string `json:"status"`
+	Old     *Entry `json:"old,omitempty"`
+	New     *Entry `json:"new,omitempty"`
+	Binary  bool   `json:"binary,omitempty"`
+	Added   int    `json:"added"`   // lines, for text files
+	Deleted int    `json:"deleted"` // lines, for text files
+}
+
+// Diff resolves what `strata diff ARG` compares: a workspace (its base
+// against its current view, uncommitted changes included), REF (its first
+// parent against it), or A..B.
+func (r *Repo) Diff(ctx context.Context, arg string) (*DiffSpec, []snapshot.Change, error) {
+	st, err := r.db()
+	if err != nil {
+		return nil, nil, err
+	}
+	if a, b, ok := strings.Cut(arg, ".."); ok {
+		if a == "" || b == "" {
+			return nil, nil, fmt.Errorf("diff %q: want A..B: %w", arg, ErrInvalidName)
+		}
+		ta, ca, err := r.commitTree(ctx, a)
+		if err != nil {
+			return nil, nil, err
+		}
+		tb, cb, err := r.commitTree(ctx, b)
+		if err != nil {
+			return nil, nil, err
+		}
+		spec := &DiffSpec{From: ta, To: tb, FromRef: a, ToRef: b, FromCommit: ca, ToID: cb}
+		ch, err := snapshot.Diff(ctx, st, ta, tb)
+		return spec, ch, err
+	}
+	if ValidateWorkspaceName(arg) == nil {
+		if _, _, err := r.loadWorkspace(ctx, arg); err == nil {
+			return r.workspaceDiff(ctx, arg)
+		}
+	}
+	tb, cb, err := r.commitTree(ctx, arg)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec := &DiffSpec{To: tb, ToRef: arg, ToID: cb, FromRef: arg + "^"}
+	if err := st.View(ctx, func(tx *store.Tx) error {
+		c, err := tx.Commit(cb)
+		if err != nil || len(c.Parents) == 0 {
+			return err
+		}
+		pc, err := tx.Commit(c.Parents[0])
+		if err != nil {
+			return err
+		}
+		spec.From, spec.FromCommit = pc.Tree, c.Parents[0]
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	ch, err := snapshot.Diff(ctx, st, spec.From, spec.To)
+	return spec, ch, err
+}
+
+func (r *Repo) commitTree(ctx context.Context, ref string) (store.ID, store.ID, error) {
+	var tree, id store.ID
+	err := r.view(ctx, func(tx *store.Tx) error {
+		var err error
+		if id, err = resolve(tx, ref); err != nil {
+			return err
+		}
+		c, err := tx.Commit(id)
+		if err != nil {
+			return err
+		}
+		tree = c.Tree
+		return nil
+	})
+	return tree, id, err
+}
+
+// workspaceDiff compares a workspace's base with its current view. The
+// content of changed files is written to the store (as a commit would);
+// unless committed, gc collects it.
+func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []snapshot.Change, error) {
+	st, err := r.db()
+	if err != nil {
+		return nil, nil, err
+	}
+	wr, err := st.NewWriter(ctx, "diff "+name)
+	if err != nil {
+		return nil, nil, err
+	}
+	wt, err := r.workspaceTree(ctx, name, wr)
+	if err != nil {
+		wr.Abort()
+		return nil, nil, err
+	}
+	// Keep the objects referenced until the patch has been printed: the
+	// writer's lease protects them from a concurrent gc. Finish with no
+	// commit releases the lease afterwards.
+	spec := &DiffSpec{From: wt.base.Tree, To: wt.tree, FromRef: wt.w.Base.Short(), ToRef: name, Workspace: name, FromCommit: wt.w.Base}
+	ch, err := snapshot.Diff(ctx, st, spec.From, spec.To)
+	if err != nil {
+		wr.Abort()
+		return nil, nil, err
+	}
+	if err := wr.Flush(); err != nil {
+		wr.Abort()
+		return nil, nil, err
+	}
+	r.pending = append(r.pending, wr)
+	return spec, ch, nil
+}
+
+// FileChanges turns tree changes into per-file changes as git shows them:
+// directories are left out (git tracks none), line counts are computed for
+// text files.
+func (r *Repo) FileChanges(ctx context.Context, changes []snapshot.Change, counts bool) ([]FileChange, error) {
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	var out []FileChange
+	for _, c := range changes {
+		oldF := c.Old != nil && isGitFile(c.Old)
+		newF := c.New != nil && isGitFile(c.New)
+		if !oldF && !newF {
+			continue
+		}
+		fc := FileChange{Path: c.Path, PathBase64: base64IfInvalid(c.Path)}
+		switch {
+		case oldF && newF && c.Old.Type != c.New.Type:
+			fc.Status = "T"
+		case oldF && newF:
+			if c.Old.Content == c.New.Content && gitMode(c.Old) == gitMode(c.New) && c.Old.Target == c.New.Target {
+				continue // metadata git does not track (mtime, owner, xattrs)
+			}
+			fc.Status = "M"
+		case newF:
+			fc.Status = "A"
+		default:
+			fc.Status = "D"
+		}
+		if oldF {
+			e := NewEntry(c.Old)
+			fc.Old = &e
+		}
+		if newF {
+			e := NewEntry(c.New)
+			fc.New = &e
+		}
+		if counts {
+			a, b, err := r.sides(ctx, st, c, oldF, newF)
+			if err != nil {
+				return nil, err
+			}
+			if textdiff.IsBinary(a) || textdiff.IsBinary(b) {
+				fc.Binary = true
+			} else {
+				for _, op := range textdiff.Lines(a, b) {
+					switch op.Kind {
+					case textdiff.Insert:
+						fc.Added += op.N
+					case textdiff.Delete:
+						fc.Deleted += op.N
+					}
+				}
+			}
+		}
+		out = append(out, fc)
+	}
+	return out, nil
+}
+
+// isGitFile reports whether git would show an entry: regular files and
+// symlinks.
+func isGitFile(e *store.TreeEntry) bool {
+	return e.Type == store.TypeFile || e.Type == store.TypeSymlink
+}
+
+// gitMode is the mode git records for an entry.
+func gitMode(e *store.TreeEntry) uint32 {
+	switch {
+	case e.Type == store.TypeSymlink:
+		return textdiff.ModeSymlink
+	case e.Mode&0o111 != 0:
+		return textdiff.ModeExec
+	}
+	return textdiff.ModeFile
+}
+
+// sides reads the old and new bytes of a change (symlink targets for
+// symlinks); an absent side is empty.
+func (r *Repo) sides(ctx context.Context, st *store.Store, c snapshot.Change, oldF, newF bool) ([]byte, []byte, error) {
+	read := func(e *store.TreeEntry) ([]byte, error) {
+		if e.Type == store.TypeSymlink {
+			return []byte(e.Target), nil
+		}
+		var buf bytes.Buffer
+		_, err := st.ReadContentTo(ctx, e.Content, &buf)
+		return buf.Bytes(), err
+	}
+	var a, b []byte
+	var err error
+	if oldF {
+		if a, err = read(c.Old); err != nil {
+			return nil, nil, err
+		}
+	}
+	if newF {
+		if b, err = read(c.New); err != nil {
+			return nil, nil, err
+		}
+	}
+	return a, b, nil
+}
+
+// WritePatch writes changes as a git-style patch that `git apply` and (for
+// text) `patch -p1` accept: binary files as GIT binary patches, mode
+// changes, symlinks, and file/symlink type changes as delete + add.
+func (r *Repo) WritePatch(ctx context.Context, w io.Writer, changes []snapshot.Change) error {
+	st, err := r.db()
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		oldF := c.Old != nil && isGitFile(c.Old)
+		newF := c.New != nil && isGitFile(c.New)
+		if !oldF && !newF {
+			continue
+		}
+		if oldF && newF && c.Old.Content == c.New.Content && gitMode(c.Old) == gitMode(c.New) && c.Old.Target == c.New.Target {
+			continue
+		}
+		a, b, err := r.sides(ctx, st, c, oldF, newF)
+		if err != nil {
+			return err
+		}
+		p := textdiff.FilePatch{OldPath: c.Path, NewPath: c.Path, Old: a, New: b}
+		if oldF {
+			p.OldMode = gitMode(c.Old)
+		}
+		if newF {
+			p.NewMode = gitMode(c.New)
+		}
+		if oldF && newF && c.Old.Type != c.New.Type {
+			// git shows a file <-> symlink change as a delete and an add.
+			del, add := p, p
+			del.NewMode, del.New = 0, nil
+			add.OldMode, add.Old = 0, nil
+			if err := textdiff.WritePatch(w, del); err != nil {
+				return err
+			}
+			p = add
+		}
+		if err := textdiff.WritePatch(w, p); err != nil {
+			return fmt.Errorf("patch %s: %w", c.Path, err)
+		}
+	}
+	return nil
+}

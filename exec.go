@@ -1,0 +1,219 @@
+package strata
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/stratafs/strata/landlock"
+	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/seccomp"
+)
+
+// Sandbox modes (--sandbox).
+const (
+	SandboxAgent  = "agent"  // Landlock fence + seccomp deny list (default)
+	SandboxStrict = "strict" // agent + no network (--net none, sockets denied)
+	SandboxNone   = "none"   // trusted work: no fence at all
+)
+
+// Network modes (--net).
+const (
+	NetHost = "host" // the host's network
+	NetNone = "none" // a private network namespace with loopback only
+)
+
+// SandboxOptions are the sandbox flags of exec, shell and run.
+type SandboxOptions struct {
+	Mode         string   // SandboxAgent (default), SandboxStrict, SandboxNone
+	Net          string   // NetHost (default; NetNone under strict)
+	RW, RO       []string // extra paths visible read-write / read-only
+	AllowConnect []uint16 // TCP ports connect(2) may reach (Landlock ABI 4+)
+	AllowBind    []uint16 // TCP ports bind(2) may use (Landlock ABI 4+)
+	RequireABI   int      // refuse to run when Landlock's ABI is older
+	// Warn receives what the kernel cannot enforce of the request.
+	Warn func(msg string)
+}
+
+// ExecOptions describe a command to run in a workspace.
+type ExecOptions struct {
+	Argv []string
+	// Env is added to (and overrides) the environment the command
+	// inherits from the caller: "K=V" each.
+	Env []string
+	// Cwd is the working directory inside the workspace; relative paths
+	// are relative to the workspace root. Default: the workspace root.
+	Cwd     string
+	Sandbox SandboxOptions
+	// TTY: stdin is a terminal (the slave side of a pty): the command gets
+	// it as its controlling terminal.
+	TTY                   bool
+	Stdin, Stdout, Stderr *os.File
+}
+
+// ExitStatus is how a command ended.
+type ExitStatus = nsexec.ExitStatus
+
+// Exec runs a command in a workspace, starting its keeper if needed, and
+// returns the command's exit status. Errors are strata's own (exit 125).
+func (r *Repo) Exec(ctx context.Context, name string, opts ExecOptions) (ExitStatus, error) {
+	k, err := r.keeper(ctx, name)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	cmd, err := buildCommand(k.Target, opts)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	return nsexec.Exec(ctx, r.wsDir(name), cmd, opts.Stdin, opts.Stdout, opts.Stderr)
+}
+
+// buildCommand turns options into the nsexec command for a workspace whose
+// merged view is at target inside its namespace.
+func buildCommand(target string, opts ExecOptions) (nsexec.Command, error) {
+	if len(opts.Argv) == 0 {
+		return nsexec.Command{}, fmt.Errorf("no command given")
+	}
+	cwd := target
+	if opts.Cwd != "" {
+		cwd = opts.Cwd
+		if !filepath.IsAbs(cwd) {
+			cwd = filepath.Join(target, cwd)
+		}
+	}
+	env := os.Environ()
+	if opts.Sandbox.Mode != SandboxNone {
+		env = sandboxEnv(env)
+	}
+	cmd := nsexec.Command{
+		Argv: opts.Argv,
+		Env:  mergeEnv(env, opts.Env),
+		Dir:  filepath.Clean(cwd),
+		TTY:  opts.TTY,
+	}
+	if err := applySandbox(&cmd, target, opts.Sandbox); err != nil {
+		return nsexec.Command{}, err
+	}
+	return cmd, nil
+}
+
+// applySandbox plans the Landlock and seccomp policies of a sandbox mode
+// for this kernel and adds them to cmd.
+func applySandbox(cmd *nsexec.Command, target string, o SandboxOptions) error {
+	mode := o.Mode
+	if mode == "" {
+		mode = SandboxAgent
+	}
+	warn := o.Warn
+	if warn == nil {
+		warn = func(string) {}
+	}
+	switch o.Net {
+	case "", NetHost:
+		cmd.NetNone = mode == SandboxStrict
+	case NetNone:
+		cmd.NetNone = true
+	default:
+		return fmt.Errorf("--net %q: want host or none: %w", o.Net, ErrInvalidName)
+	}
+	if mode == SandboxStrict && o.Net == NetHost {
+		return fmt.Errorf("--sandbox strict implies --net none; --net host contradicts it: %w", ErrInvalidName)
+	}
+	switch mode {
+	case SandboxNone:
+		if len(o.RO)+len(o.RW)+len(o.AllowConnect)+len(o.AllowBind) > 0 || o.RequireABI > 0 {
+			return fmt.Errorf("--rw, --ro, --allow-connect, --allow-bind and --sandbox-require-abi need a sandbox; --sandbox none has none: %w", ErrInvalidName)
+		}
+		return nil
+	case SandboxAgent, SandboxStrict:
+	default:
+		return fmt.Errorf("--sandbox %q: want agent, strict or none: %w", mode, ErrInvalidName)
+	}
+	for _, p := range append(append([]string{}, o.RO...), o.RW...) {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("--ro/--rw %q: give an absolute path: %w", p, ErrInvalidName)
+		}
+	}
+	var pol landlock.Policy
+	if mode == SandboxStrict {
+		pol = landlock.Strict(target, "/tmp", o.RO, o.RW)
+	} else {
+		pol = landlock.Agent(target, "/tmp", o.RO, o.RW)
+	}
+	pol.ConnectTCP = append(pol.ConnectTCP, o.AllowConnect...)
+	pol.BindTCP = append(pol.BindTCP, o.AllowBind...)
+	pol.RequireABI = o.RequireABI
+	abi, _ := landlock.ABI()
+	rs, err := landlock.Plan(pol, abi)
+	if err != nil {
+		return err
+	}
+	for _, w := range rs.Warnings {
+		warn("sandbox: " + w)
+	}
+	if rs.Enforced() {
+		cmd.Landlock = rs
+	}
+	sp := seccomp.Agent()
+	if mode == SandboxStrict {
+		sp = seccomp.Strict()
+	}
+	f, err := seccomp.Plan(sp, runtime.GOARCH)
+	if err != nil {
+		return err
+	}
+	progs, err := seccomp.Compile(f)
+	if err != nil {
+		return err
+	}
+	cmd.Seccomp = progs
+	return nil
+}
+
+// mergeEnv overlays extra K=V pairs on base.
+func mergeEnv(base, extra []string) []string {
+	if len(extra) == 0 {
+		return base
+	}
+	idx := map[string]int{}
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// sandboxHome is HOME inside a sandbox: the user's home is outside the
+// fence, and tools that cannot read their config there fail (git exits 128
+// on an unreadable ~/.gitconfig). The workspace's private /tmp stands in;
+// --env HOME=... overrides it.
+const sandboxHome = "/tmp"
+
+// sandboxEnv points HOME at sandboxHome and drops XDG base directories,
+// which usually point into the real home.
+func sandboxEnv(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "HOME="+sandboxHome)
+}

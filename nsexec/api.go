@@ -1,0 +1,120 @@
+package nsexec
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/landlock"
+	"github.com/stratafs/strata/overlayfs"
+)
+
+// ErrNotRunning reports that a workspace has no live keeper.
+var ErrNotRunning = errors.New("workspace keeper not running")
+
+// Spec is everything a keeper or a one-shot init needs to set up a
+// workspace's namespaces. The parent computes it (it has the store); the
+// child never opens the store.
+type Spec struct {
+	// Name is the workspace's name, for the process title and messages.
+	Name string `json:"name"`
+	// Dir is the workspace's state directory: keeper.lock, keeper.sock,
+	// keeper.json and keeper.log live there. It must exist.
+	Dir string `json:"dir"`
+	// Lowers are the layer directories, topmost first.
+	Lowers []string `json:"lowers"`
+	// Upper and Work are the overlay's upper and work directories.
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
+	// Target is the absolute path where the merged view is mounted inside
+	// the namespace. The directory must exist on the host.
+	Target string `json:"target"`
+	// Features are what the overlay probe found (mount method, userxattr,
+	// redirect_dir); they select the mount options (overlayfs.DefaultConfig).
+	Features overlayfs.Features `json:"features"`
+	// Volatile mounts with the volatile option (tmpfs uppers).
+	Volatile bool `json:"volatile,omitempty"`
+	// UserNS creates a user namespace even as real root, mapping root to
+	// itself: the rootless path, taken anyway when not real root.
+	UserNS bool `json:"userns,omitempty"`
+}
+
+// userNS reports whether the workspace's namespaces include a user
+// namespace: always unless real root, and as real root when asked.
+func (s *Spec) userNS() bool { return s.UserNS || !RealRoot() }
+
+// Command is a command to run in a workspace, with its sandbox. Landlock
+// and Seccomp are planned and compiled by the parent; the child only makes
+// the syscalls, right before exec.
+type Command struct {
+	// Argv is the command and its arguments. Argv[0] without a slash is
+	// looked up in the PATH of Env.
+	Argv []string
+	// Env is the command's environment; nil means the caller's.
+	Env []string
+	// Dir is the working directory inside the namespace; "" is
+	// Spec.Target.
+	Dir string
+	// TTY: stdin is a terminal (the slave of a pty the caller owns). The
+	// command becomes a session leader with it as controlling terminal
+	// (setsid, TIOCSCTTY), so job control, /dev/tty and the terminal's
+	// signals work. Otherwise the command leads its own process group.
+	TTY bool
+	// Landlock, when not nil, is applied to the command (landlock.Plan).
+	Landlock *landlock.Ruleset
+	// Seccomp, when not nil, are classic BPF programs loaded in order
+	// (seccomp.Compile), after no_new_privs.
+	Seccomp [][]unix.SockFilter
+	// NetNone runs the command in a private network namespace with only
+	// the loopback interface, up.
+	NetNone bool
+}
+
+// ExitStatus is how a command ended.
+type ExitStatus struct {
+	// Code is the exit code, or 128+signal when a signal killed it, as a
+	// shell reports it. 127: not found; 126: found but not executable.
+	Code int `json:"code"`
+	// Signal is the signal that killed the command, or 0.
+	Signal syscall.Signal `json:"signal,omitempty"`
+}
+
+func (s ExitStatus) String() string {
+	if s.Signal != 0 {
+		return "killed by " + unix.SignalName(s.Signal)
+	}
+	return "exit status " + strconv.Itoa(s.Code)
+}
+
+// Success reports whether the command exited with 0.
+func (s ExitStatus) Success() bool { return s.Code == 0 && s.Signal == 0 }
+
+func exitStatus(ws unix.WaitStatus) ExitStatus {
+	if ws.Signaled() {
+		return ExitStatus{Code: 128 + int(ws.Signal()), Signal: ws.Signal()}
+	}
+	return ExitStatus{Code: ws.ExitStatus()}
+}
+
+// Keeper is a live keeper: PID 1 of a workspace's PID namespace.
+type Keeper struct {
+	// PID is the keeper's process id in the caller's PID namespace.
+	PID int
+	// Target is where the merged view is mounted inside the namespace.
+	Target string
+	// Started is when the keeper became ready.
+	Started time.Time
+}
+
+// Path returns a host path of the merged view: /proc/PID/root + Target.
+// The caller owns the keeper's user namespace (or is root), so the kernel
+// lets it through; reads and writes there are the workspace's.
+func (k *Keeper) Path() string {
+	return "/proc/" + strconv.Itoa(k.PID) + "/root" + k.Target
+}
+
+func (k *Keeper) String() string { return fmt.Sprintf("keeper pid %d (%s)", k.PID, k.Target) }

@@ -1,0 +1,96 @@
+package nsexec
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Freeze stops every process of a workspace except its keeper with
+// SIGSTOP, so that a commit reads the upper directory while nothing writes
+// to it: a file being written is then either before or after a write(2),
+// never inside one. thaw resumes them (SIGCONT); call it exactly once.
+// With no live keeper there is nothing to freeze and thaw is a no-op.
+//
+// cgroup.freeze would be atomic, but needs a delegated cgroup (strata
+// doctor reports it); SIGSTOP needs nothing. Processes are stopped until a
+// pass over the keeper's PID namespace finds no running one, so children
+// forked meanwhile are caught too. A stopped process's parent may notice
+// (waitpid with WUNTRACED, an interactive shell's "Stopped"); SIGCONT
+// undoes it.
+func Freeze(dir string) (thaw func(), err error) {
+	k, err := FindKeeper(dir)
+	if err != nil {
+		return func() {}, nil
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", k.PID))
+	if err != nil {
+		return nil, fmt.Errorf("freeze workspace: %w", err)
+	}
+	stopped := map[int]bool{}
+	thaw = func() {
+		for pid := range stopped {
+			_ = unix.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fresh := 0
+		for _, pid := range pidsInNS(ns) {
+			if pid == k.PID || stopped[pid] {
+				continue
+			}
+			if err := unix.Kill(pid, syscall.SIGSTOP); err == nil {
+				stopped[pid] = true
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			thaw()
+			return nil, fmt.Errorf("freeze workspace: processes keep appearing; commit again when the workspace is quieter")
+		}
+	}
+	// SIGSTOP is asynchronous: wait until each process is really stopped
+	// (state T), so that no write is still in flight.
+	for pid := range stopped {
+		for {
+			state, _, err := procStat(strconv.Itoa(pid))
+			if err != nil || state == 'T' || state == 't' || state == 'Z' || state == 'X' {
+				break
+			}
+			if time.Now().After(deadline) {
+				thaw()
+				return nil, fmt.Errorf("freeze workspace: process %d does not stop (state %c)", pid, state)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return thaw, nil
+}
+
+// pidsInNS lists the host pids of the processes whose PID namespace is ns
+// (the target of a /proc/PID/ns/pid link).
+func pidsInNS(ns string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package nsexec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Descriptors of a keeper child, in startLocked's ExtraFiles order. Its
+// stdin is /dev/null, its stdout and stderr keeper.log.
+const (
+	keeperConfigFD = 3 // configuration pipe (childConfig), read to EOF
+	keeperLockFD   = 4 // keeper.lock, flock'ed by the parent: held for life
+	keeperReadyFD  = 5 // one message: Started (ready) or Error
+)
+
+// keeper is the state of a running keeper.
+type keeper struct {
+	cfg    *childConfig
+	userNS bool
+	reaper *reaper
+	uid    uint32
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s keeper[%d]: %s\n", time.Now().Format(time.RFC3339Nano), os.Getpid(), fmt.Sprintf(format, args...))
+}
+
+// keeperMain is the keeper: PID 1 of a workspace's PID namespace.
+func keeperMain() int {
+	// The keeper ends by SIGTERM (or SIGKILL) and ignores keyboard
+	// signals.
+	sigs := childInit([]os.Signal{unix.SIGTERM}, []os.Signal{unix.SIGINT, unix.SIGHUP, unix.SIGQUIT})
+	ready := os.NewFile(keeperReadyFD, "ready")
+	fail := func(err error) int {
+		logf("%v", err)
+		writeFrame(ready, &message{Error: toWireError(err)})
+		return 125
+	}
+	cfg, err := readConfig(keeperConfigFD)
+	if err != nil {
+		return fail(err)
+	}
+	// The state directory, opened before anything is mounted: it may be
+	// beneath /tmp, which the private tmpfs hides, and its path may be
+	// longer than a unix socket address.
+	dirfd, err := unix.Open(cfg.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(&os.PathError{Op: "open", Path: cfg.Dir, Err: err})
+	}
+	// The keeper's pid as its callers see it, through the /proc they
+	// share until the keeper mounts its own.
+	self, err := os.Readlink("/proc/self")
+	if err != nil {
+		return fail(err)
+	}
+	pid, err := strconv.Atoi(self)
+	if err != nil {
+		return fail(fmt.Errorf("/proc/self is %q", self))
+	}
+	_, start, err := procStat("self")
+	if err != nil {
+		return fail(err)
+	}
+	warnings, err := setupNamespace(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	for _, w := range warnings {
+		logf("warning: %s", w)
+	}
+	if cfg.UserNS {
+		clearAmbientCaps()
+	}
+	k := &keeper{cfg: cfg, userNS: cfg.UserNS, reaper: newReaper(sigs.chld), uid: uint32(os.Getuid())}
+
+	unix.Unlinkat(dirfd, sockName, 0)
+	ln, err := listen(sockAddr(dirfd, sockName))
+	if err != nil {
+		return fail(fmt.Errorf("socket %s/%s: %w", cfg.Dir, sockName, err))
+	}
+
+	info := &keeperInfo{PID: pid, StartTime: start, Name: cfg.Name, Target: cfg.Target, Started: time.Now(), Init: os.Args[0]}
+	if exe, err := os.Readlink("/proc/self/exe"); err == nil {
+		info.Init = exe
+	}
+	if err := writeInfo(dirfd, info); err != nil {
+		return fail(err)
+	}
+
+	<-sigs.done
+	go k.serve(ln)
+	logf("serving %s on %s (pid %d, %s)", cfg.Name, cfg.Target, pid, info.Init)
+	writeFrame(ready, &message{Started: pid})
+	ready.Close()
+
+	<-sigs.sigs // SIGTERM
+	logf("stopping")
+	// Gone before the lock is released at exit, so that a new keeper
+	// never sees this one's files.
+	unix.Unlinkat(dirfd, infoName, 0)
+	unix.Unlinkat(dirfd, sockName, 0)
+	// Every other process of the PID namespace; the kernel would do it
+	// when PID 1 exits, this makes it explicit and immediate.
+	unix.Kill(-1, unix.SIGKILL)
+	return 0
+}
+
+// writeInfo writes keeper.json atomically in the directory dirfd.
+func writeInfo(dirfd int, info *keeperInfo) error {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	tmp := infoName + ".tmp"
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", infoName, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(dirfd, tmp, dirfd, infoName)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", infoName, err)
+	}
+	return nil
+}
+
+func (k *keeper) serve(ln *listener) {
+	for {
+		c, err := ln.accept()
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return
+			}
+			logf("accept: %v", err)
+			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: do not spin
+			continue
+		}
+		go k.handle(c)
+	}
+}
+
+// handle runs one command for one client connection.
+func (k *keeper) handle(c *conn) {
+	defer c.Close()
+	reply := func(m *message) {
+		if err := writeFrame(c, m); err != nil {
+			logf("reply: %v", err)
+		}
+	}
+	replyErr := func(err error) { reply(&message{Error: toWireError(err)}) }
+
+	if uid, err := c.peerUID(); err != nil {
+		replyErr(err)
+		return
+	} else if uid != k.uid && uid != 0 {
+		// The socket's directory is the user's; this is defense in depth.
+		logf("refused a client with uid %d", uid)
+		replyErr(fmt.Errorf("uid %d may not run commands in a workspace of uid %d", uid, k.uid))
+		return
+	}
+	m, fds, err := readFrameFDs(c, 3)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	switch {
+	case err != nil:
+		replyErr(fmt.Errorf("read request: %w", err))
+		return
+	case m.Version != protoVersion:
+		replyErr(fmt.Errorf("the keeper speaks protocol %d, the client %d: restart the workspace (strata ws stop) after upgrading strata", protoVersion, m.Version))
+		return
+	case m.Command == nil:
+		replyErr(errors.New("request without a command"))
+		return
+	case len(fds) != 3:
+		replyErr(fmt.Errorf("request with %d descriptors; want stdin, stdout, stderr", len(fds)))
+		return
+	}
+	st, err := startCommand(k.reaper, m.Command, fds, k.cfg.Target, k.userNS)
+	// The command has its copies; the keeper must not keep pipes open.
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	fds = nil
+	if err != nil {
+		replyErr(err)
+		return
+	}
+	if st.notRun != nil {
+		reply(&message{Exited: st.notRun})
+		return
+	}
+	reply(&message{Started: st.pid})
+
+	// Signals from the client go to the command's process group; the
+	// client hanging up kills it.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		for {
+			m, err := readFrame(c)
+			if err != nil {
+				return
+			}
+			if m.Signal > 0 && m.Signal < 65 {
+				unix.Kill(-st.pid, unix.Signal(m.Signal))
+			}
+		}
+	}()
+	select {
+	case status := <-st.exited:
+		reply(&message{Exited: &status})
+	case <-gone:
+		select {
+		case <-st.exited:
+		default:
+			unix.Kill(-st.pid, unix.SIGKILL)
+			<-st.exited
+		}
+	}
+}

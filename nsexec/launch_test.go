@@ -1,0 +1,26 @@
+package nsexec
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestInitDeps: strata-init, and so package nsexec, links neither cgo
+// nor SQLite nor package seccomp (libseccomp): it must stay small and
+// fast to start, and pure Go for syscall.AllThreadsSyscall.
+func TestInitDeps(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command("go", "list", "-deps", "github.com/stratafs/strata/cmd/strata-init").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		switch {
+		case dep == "runtime/cgo", strings.Contains(dep, "sqlite"), dep == "github.com/stratafs/strata/seccomp", strings.Contains(dep, "libseccomp"):
+			t.Errorf("strata-init depends on %s", dep)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package nsexec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/overlayfs"
+)
+
+// setupNamespace prepares the mount namespace a child was cloned into
+// (with a new PID namespace, and a user namespace when rootless): it makes
+// every mount private, mounts the workspace's overlay on c.Target, private
+// tmpfs on /tmp and /dev/shm, and a fresh /proc. Problems that leave the
+// workspace usable (no private /proc) are returned as warnings. A mount
+// failure is returned as the *overlayfs.MountError itself.
+func setupNamespace(c *childConfig) (warnings []string, err error) {
+	// Nothing mounted here may propagate back to the host, and nothing
+	// the host mounts later appears here (mount --make-rprivate /).
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("make / private: %w", err)
+	}
+	target := filepath.Clean(c.Target)
+	if err := overlayfs.Mount(target, c.Mount, methodFeatures(c.Method)); err != nil {
+		return nil, err
+	}
+	// Where the overlay really is: a target reached through a symlink
+	// into /tmp must be kept visible too.
+	real, err := filepath.EvalSymlinks(target)
+	if err != nil {
+		real = target
+	}
+	if w, err := privateTmp(real); err != nil {
+		return nil, err
+	} else if w != "" {
+		warnings = append(warnings, w)
+	}
+	// A private /dev/shm: the host's holds the uppers of --tmpfs
+	// workspaces (and other programs' shared memory), which a sandboxed
+	// command — granted /dev/shm for POSIX shared memory — must not reach.
+	if !within(real, "/dev/shm") {
+		if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			warnings = append(warnings, fmt.Sprintf("no private /dev/shm (%v): other workspaces' tmpfs changes are reachable", err))
+		}
+	}
+	// A fresh /proc for the new PID namespace: ps and /proc/PID show the
+	// workspace's processes, /proc/self is the reader. The kernel refuses
+	// it in a user namespace when the current /proc is partly hidden (a
+	// container runtime's masked paths: fs/namespace.c
+	// mount_too_revealing); the host's /proc then stays.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		warnings = append(warnings, fmt.Sprintf("no private /proc (%v): ps inside shows the host's processes", err))
+	}
+	return warnings, nil
+}
+
+// privateTmp mounts an empty tmpfs on /tmp. When the target is beneath
+// /tmp (tests; a project under /tmp) the overlay is moved onto the same
+// path inside the new tmpfs, so that the workspace stays where commands
+// expect it; the layer directories under /tmp are hidden, which the
+// mounted overlay no longer needs.
+func privateTmp(target string) (warning string, err error) {
+	switch {
+	case target == "/tmp":
+		return "the workspace is mounted on /tmp: no private /tmp", nil
+	case !within(target, "/tmp"):
+		if err := mountTmp(); err != nil {
+			return "", err
+		}
+		return "", nil
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, target, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return "", fmt.Errorf("private /tmp: open_tree %s: %w", target, err)
+	}
+	defer unix.Close(tree)
+	if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+		return "", fmt.Errorf("private /tmp: unmount %s: %w", target, err)
+	}
+	if err := mountTmp(); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return "", fmt.Errorf("private /tmp: %w", err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return "", fmt.Errorf("private /tmp: move the workspace to %s: %w", target, err)
+	}
+	return "", nil
+}
+
+func mountTmp() error {
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return fmt.Errorf("mount a private /tmp: %w", err)
+	}
+	return nil
+}
+
+// within reports whether p is dir or below it; both clean and absolute.
+func within(p, dir string) bool {
+	return p == dir || len(p) > len(dir) && p[len(dir)] == '/' && p[:len(dir)] == dir
+}
+
+// procStat reads the state and start time (clock ticks after boot) of a
+// process from /proc/PID/stat ("self" for the caller). The start time
+// tells a process from a later one that reuses its pid.
+func procStat(pid string) (state byte, start uint64, err error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command name, which is in parentheses and may
+	// itself contain ") ": state is field 3, starttime field 22.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, errors.New("malformed /proc/" + pid + "/stat")
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return 0, 0, errors.New("malformed /proc/" + pid + "/stat")
+	}
+	start, err = strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("malformed /proc/%s/stat: %w", pid, err)
+	}
+	return f[0][0], start, nil
+}

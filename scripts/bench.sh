@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# make bench: strata against its peers (git worktree + cp, fuse-overlayfs,
+# restic, git), side by side, as root and rootless, in one run. Prints
+# markdown tables and writes them to $BENCH_OUT (default
+# /tmp/strata-bench/results.md). Method and latest results: docs/bench.md.
+#
+#   BENCH_QUICK=1        small N: a smoke run of a few minutes
+#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs
+#                        (or issues: workspaces commit sandbox runs)
+#   BENCH_OUT=FILE       results file
+#   BENCH_DOC=FILE       also replace the results section of FILE (docs/bench.md)
+#   BENCH_USER=NAME      the rootless user (default strata-test, else nobody)
+#   BENCH_ROOTLESS=0     skip the rootless pass
+#   BENCH_CACHE=DIR      generated trees (default /var/tmp/strata-cache/bench-trees)
+#   STRATA_CORPUS=DIR    the shared corpus (make corpus)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+missing=()
+for t in git fuse-overlayfs restic zstd; do
+  command -v "$t" >/dev/null || missing+=("$t")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bench: missing ${missing[*]}: the rows that need them say n/a (bash scripts/deps.sh --bench installs them)" >&2
+fi
+# The binaries go where the unprivileged user can run them: the checkout
+# may sit under a home directory only its owner can enter.
+tmp=$(mktemp -d /tmp/strata-bench-bin.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+chmod 755 "$tmp"
+$GO build -trimpath -o "$tmp/bench" ./integration/bench
+cp bin/strata bin/strata-init "$tmp/"
+chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-init"
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then rev="$rev + uncommitted changes"; fi
+cmd="make bench"
+[ "${BENCH_QUICK:-}" = 1 ] && cmd="BENCH_QUICK=1 $cmd"
+[ -n "${BENCH_ONLY:-}" ] && cmd="BENCH_ONLY=$BENCH_ONLY $cmd"
+export BENCH_REV="${BENCH_REV:-$rev}" BENCH_COMMAND="${BENCH_COMMAND:-$cmd}"
+export STRATA_CORPUS=${STRATA_CORPUS:-/var/tmp/strata-cache/corpus}
+"$tmp/bench" -strata "$tmp/strata"

@@ -1,0 +1,102 @@
+package worktree
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stratafs/strata/store"
+)
+
+// TestMeasureCorpus measures Snapshot of a real repository (its tracked
+// files plus its ignored node_modules) against `git worktree add` plus
+// `cp -al node_modules`, the cheapest way git gives an agent its own copy.
+// It is a measurement, not a timed assertion (docs/worktree.md):
+//
+//	STRATA_CORPUS=/var/tmp/strata-cache/corpus go test ./worktree/ -run TestMeasureCorpus -v
+func TestMeasureCorpus(t *testing.T) {
+	corpus := os.Getenv("STRATA_CORPUS")
+	if corpus == "" {
+		t.Skip("set STRATA_CORPUS to a git working copy with node_modules to measure")
+	}
+	requireGit(t)
+	const runs = 5
+	ctx := context.Background()
+	var first, second []time.Duration
+	var res1, res2 *SnapshotResult
+	for i := 0; i < runs; i++ {
+		s, err := store.Open(t.TempDir(), store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for pass := 0; pass < 2; pass++ {
+			w, err := s.NewWriter(ctx, "measure")
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			res, err := Snapshot(ctx, s, w, corpus, SnapshotOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = w.Finish(func(tx *store.Tx) error {
+				c, err := tx.PutCommit(&store.Commit{Tree: res.Tree, TimeNs: 1, Source: "git:" + corpus, Stats: res.Stats})
+				if err != nil {
+					return err
+				}
+				old, err := tx.Ref("main")
+				if err != nil {
+					old = store.ZeroID
+				}
+				return tx.SetRef("main", old, c)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := time.Since(start)
+			if pass == 0 {
+				first, res1 = append(first, d), res
+			} else {
+				second, res2 = append(second, d), res
+			}
+		}
+		s.Close()
+	}
+	t.Logf("entries: %d files, %d dirs, %d other, %d bytes; ignored %q",
+		res1.Stats.Files, res1.Stats.Dirs, res1.Stats.Other, res1.Stats.Bytes, res1.Ignored)
+	t.Logf("Snapshot, fresh store (Finish included): %s (blobs read %d)", spread(first), res1.BlobsRead)
+	t.Logf("Snapshot, again (Finish included):       %s (blobs read %d, cached %d)", spread(second), res2.BlobsRead, res2.BlobsCached)
+
+	// git worktree add + cp -al, on a private copy of the repository (it
+	// writes .git/worktrees).
+	src := filepath.Join(t.TempDir(), "src")
+	if out, err := exec.Command("cp", "-a", corpus, src).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, out)
+	}
+	var wts []time.Duration
+	for i := 0; i < runs; i++ {
+		wt := filepath.Join(t.TempDir(), "wt")
+		start := time.Now()
+		git(t, src, "worktree", "add", "--detach", "-q", wt)
+		if _, err := os.Stat(filepath.Join(src, "node_modules")); err == nil {
+			if out, err := exec.Command("cp", "-al", filepath.Join(src, "node_modules"), wt+"/").CombinedOutput(); err != nil {
+				t.Fatalf("cp -al: %v\n%s", err, out)
+			}
+		}
+		wts = append(wts, time.Since(start))
+		git(t, src, "worktree", "remove", "--force", wt)
+	}
+	t.Logf("git worktree add + cp -al node_modules:  %s", spread(wts))
+}
+
+// spread formats the median and range of durations.
+func spread(ds []time.Duration) string {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return "median " + r(s[len(s)/2]).String() + " (" + r(s[0]).String() + "–" + r(s[len(s)-1]).String() + ")"
+}
