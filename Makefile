@@ -5,6 +5,7 @@
 #                 unprivileged user (the rootless path is the main path)
 #   make bench    benchmarks against the peers, side by side (see docs/bench.md)
 #   make fuzz     longer fuzzing of every decoder
+#   make crash    500 SIGKILLs at random instants, fsck after each
 #   make lint     gofmt, go vet, staticcheck
 #   make deps     install what a fresh Debian machine lacks (as root), or print how
 
@@ -65,6 +66,13 @@ corpus:
 # otherwise, in which case the root pass is skipped with a notice).
 integration: build corpus
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+# The crash harness at length: 500 SIGKILLs at random instants during
+# import, commit, promote and gc, with fsck and acknowledged-commit checks
+# after each (make test runs 40).
+crash: build
+	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^TestCrash$$ -test.v" IT_TIMEOUT=60m \
+	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 bench: build corpus
 	@bash scripts/bench.sh

@@ -43,7 +43,7 @@ type wsTree struct {
 // writer wr: the merged view as it is now. The workspace's processes are
 // stopped (SIGSTOP) while the upper is read, so that no file is caught half
 // written; they continue as soon as the scan is done.
-func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer) (*wsTree, error) {
+func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer, warn func(path, msg string)) (*wsTree, error) {
 	w, x, err := r.loadWorkspace(ctx, name)
 	if err != nil {
 		return nil, err
@@ -90,6 +90,7 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer)
 	res, err := snapshot.ApplyUpper(ctx, st, wr, mountBase.Tree, upperChanges(changes), snapshot.ApplyOptions{
 		StatCacheRoot: x.Upper,
 		BaseStats:     &mountBase.Stats,
+		Warn:          warn,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q: %w", name, err)
@@ -127,12 +128,20 @@ func upperChanges(cs []overlayfs.Change) []snapshot.UpperChange {
 	return out
 }
 
+// CommitOptions tune Commit.
+type CommitOptions struct {
+	Message string
+	// Warn receives what the commit skips (sockets, overlay xattrs).
+	Warn func(path, msg string)
+}
+
 // Commit stores a workspace's changes as a commit on its branch, moved by
 // compare-and-swap: if the branch moved since the workspace's base (another
 // workspace or a promote), Commit fails with ErrConflict and the changes
 // stay in the workspace. Only changed data becomes new objects. The
 // workspace continues, clean, on the new commit.
-func (r *Repo) Commit(ctx context.Context, name, msg string) (*CommitResult, error) {
+func (r *Repo) Commit(ctx context.Context, name string, opts CommitOptions) (*CommitResult, error) {
+	msg := opts.Message
 	start := time.Now()
 	st, err := r.db()
 	if err != nil {
@@ -143,7 +152,7 @@ func (r *Repo) Commit(ctx context.Context, name, msg string) (*CommitResult, err
 		return nil, err
 	}
 	defer wr.Abort()
-	wt, err := r.workspaceTree(ctx, name, wr)
+	wt, err := r.workspaceTree(ctx, name, wr, opts.Warn)
 	if err != nil {
 		return nil, err
 	}

@@ -203,17 +203,18 @@ func mergeEnv(base, extra []string) []string {
 // --env HOME=... overrides it.
 const sandboxHome = "/tmp"
 
-// sandboxEnv points HOME at sandboxHome and drops XDG base directories,
-// which usually point into the real home.
+// sandboxEnv points HOME at sandboxHome and TMPDIR at the private /tmp, and
+// drops XDG base directories: they usually point outside the fence (into
+// the real home, or a per-user temporary directory).
 func sandboxEnv(env []string) []string {
 	out := make([]string, 0, len(env)+1)
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME":
+		case "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR":
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out, "HOME="+sandboxHome)
+	return append(out, "HOME="+sandboxHome, "TMPDIR=/tmp")
 }

@@ -2,14 +2,28 @@ package strata
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
 
 // DefaultPrune is how long gc keeps commits that only the operation log
 // still names (a deleted branch's head, a commit replaced by a reset).
 const DefaultPrune = 24 * time.Hour
+
+// staleAfter is how old a leftover of an interrupted strata (a workspace
+// being created, a tmpfs upper without a workspace) must be before gc
+// removes it: an operation in flight in another process is younger.
+const staleAfter = 10 * time.Minute
 
 // GCOptions tune GC.
 type GCOptions struct {
@@ -20,13 +34,17 @@ type GCOptions struct {
 
 // GCResult reports a collection.
 type GCResult struct {
-	Store store.GCResult `json:"store"`
+	Store        store.GCResult `json:"store"`
+	LayersFreed  int            `json:"layers_removed"`
+	LayerBytes   int64          `json:"layer_bytes"`
+	StaleRemoved []string       `json:"stale_removed,omitempty"`
 }
 
-// GC removes objects that nothing references: not a branch, not a
-// workspace, not an operation within the prune window, not an import or
-// commit in progress in another process. It is safe while other processes
-// use the store.
+// GC removes what nothing references: objects not reachable from a branch,
+// a workspace, an operation within the prune window or an import or commit
+// in progress in another process; layers that no branch head and no
+// workspace needs; leftovers of interrupted strata processes. It is safe
+// while other processes use the store.
 func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	st, err := r.db()
 	if err != nil {
@@ -36,5 +54,114 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &GCResult{Store: *res}, nil
+	out := &GCResult{Store: *res}
+	if opts.DryRun {
+		return out, nil
+	}
+	keep, wss, err := r.cacheRoots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Layers: exclusive against workspaces being started, which hold the
+	// lock shared between computing their stack and mounting it.
+	unlock, err := r.layerLock(true)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := snapshot.NewLayerCache(filepath.Join(r.home, layersDir)).Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute})
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("gc: layers: %w", err)
+	}
+	out.LayersFreed, out.LayerBytes = len(ev.Removed), ev.Bytes
+	out.StaleRemoved = r.removeStale(wss)
+	return out, nil
+}
+
+// cacheRoots are the commits whose layers gc keeps: branch heads (so that a
+// new workspace of main mounts at once) and every workspace's bases.
+func (r *Repo) cacheRoots(ctx context.Context) ([]store.ID, []store.Workspace, error) {
+	var keep []store.ID
+	var wss []store.Workspace
+	err := r.view(ctx, func(tx *store.Tx) error {
+		refs, err := tx.Refs("")
+		if err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			keep = append(keep, ref.Commit)
+		}
+		if wss, err = tx.Workspaces(); err != nil {
+			return err
+		}
+		for i := range wss {
+			var x wsExtra
+			_ = json.Unmarshal(wss[i].Extra, &x)
+			keep = append(keep, wss[i].Base, x.mountBase(&wss[i]))
+		}
+		return nil
+	})
+	return keep, wss, err
+}
+
+// removeStale removes what interrupted strata processes left: workspace
+// directories being created (.tmp-*) or no longer registered, and tmpfs
+// uppers without a workspace. Only entries older than staleAfter go.
+func (r *Repo) removeStale(wss []store.Workspace) []string {
+	known := map[string]bool{}
+	for _, w := range wss {
+		known[w.Name] = true
+	}
+	var removed []string
+	old := func(p string) bool {
+		var st unix.Stat_t
+		return unix.Lstat(p, &st) == nil && time.Since(time.Unix(st.Ctim.Unix())) > staleAfter
+	}
+	for _, root := range []string{filepath.Join(r.home, workspacesDir), r.tmpfsRoot()} {
+		ents, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			p := filepath.Join(root, name)
+			if known[name] || !old(p) {
+				continue
+			}
+			if !strings.HasPrefix(name, ".tmp-") {
+				// An unregistered workspace directory: its keeper, if
+				// any, goes first.
+				_ = nsexec.StopKeeper(context.Background(), p)
+			}
+			if removeAll(p) == nil {
+				removed = append(removed, p)
+			}
+		}
+	}
+	return removed
+}
+
+// layerLock takes the store's layer lock: shared while a workspace's stack
+// is computed and mounted, exclusive while gc evicts layers. The returned
+// function releases it.
+func (r *Repo) layerLock(exclusive bool) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(r.home, "layers.lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("layer lock: %w", err)
+	}
+	return func() { f.Close() }, nil
 }

@@ -1,6 +1,7 @@
 package strata
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"strings"
@@ -234,7 +235,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyRe
 					return nil, err
 				}
 				defer wr.Abort()
-				wt, err := r.workspaceTree(ctx, arg, wr)
+				wt, err := r.workspaceTree(ctx, arg, wr, nil)
 				if err != nil {
 					return nil, err
 				}
@@ -260,8 +261,8 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyRe
 		}
 	}
 	res, err := snapshot.ApplyTo(ctx, st, fromTree, toTree, dir, snapshot.ApplyToOptions{Force: force})
-	if res != nil && len(res.Refused) > 0 {
-		return nil, &ApplyRefusedError{Dir: dir, Refused: res.Refused}
+	if errors.Is(err, snapshot.ErrRefused) && res != nil {
+		return nil, &ApplyRefusedError{Dir: dir, Refused: res.Refused, Forced: force}
 	}
 	if err != nil {
 		return nil, err
@@ -303,11 +304,16 @@ func (r *Repo) forkPoint(ctx context.Context, ref string, id store.ID) (store.ID
 type ApplyRefusedError struct {
 	Dir     string
 	Refused []snapshot.Conflict
+	Forced  bool // refused even with --force: writing would leave the target
 }
 
 func (e *ApplyRefusedError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apply to %s refused: %d path(s) differ from the base version (changed by someone else); nothing was written (use --force to overwrite):", e.Dir, len(e.Refused))
+	if e.Forced {
+		fmt.Fprintf(&b, "apply to %s refused even with --force: writing would follow a symlink or replace something the change does not own; nothing was written:", e.Dir)
+	} else {
+		fmt.Fprintf(&b, "apply to %s refused: %d path(s) differ from the base version (changed by someone else); nothing was written (use --force to overwrite):", e.Dir, len(e.Refused))
+	}
 	for _, c := range e.Refused {
 		fmt.Fprintf(&b, "\n  %s: %s", c.Path, c.Reason)
 	}

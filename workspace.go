@@ -457,6 +457,13 @@ func (r *Repo) keeper(ctx context.Context, name string) (*nsexec.Keeper, error) 
 	if err != nil {
 		return nil, err
 	}
+	// gc must not evict a layer between computing the stack and mounting
+	// it; once mounted, the workspace's bases keep its layers.
+	unlock, err := r.layerLock(false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	spec, err := r.spec(ctx, w, x)
 	if err != nil {
 		return nil, err

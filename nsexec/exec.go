@@ -64,6 +64,7 @@ const killWait = 5 * time.Second
 // with a message on its stderr, as a shell does; errors are strata's own
 // failures.
 func Exec(ctx context.Context, dir string, cmd Command, stdin, stdout, stderr *os.File) (ExitStatus, error) {
+	ThawStale(dir)
 	wc, err := toWireCommand(cmd, commandEnv(cmd))
 	if err != nil {
 		return ExitStatus{}, err

@@ -3,6 +3,7 @@ package nsexec
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -22,7 +23,13 @@ import (
 // forked meanwhile are caught too. A stopped process's parent may notice
 // (waitpid with WUNTRACED, an interactive shell's "Stopped"); SIGCONT
 // undoes it.
+//
+// A freezer killed before it thaws (SIGKILL in the middle of a commit)
+// must not leave the workspace stopped forever: Freeze writes frozenFile
+// naming itself first, and the next Exec, Freeze or StartKeeper of the
+// workspace whose freezer is gone resumes every process (ThawStale).
 func Freeze(dir string) (thaw func(), err error) {
+	ThawStale(dir)
 	k, err := FindKeeper(dir)
 	if err != nil {
 		return func() {}, nil
@@ -31,11 +38,20 @@ func Freeze(dir string) (thaw func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("freeze workspace: %w", err)
 	}
+	_, start, err := procStat("self")
+	if err != nil {
+		return nil, fmt.Errorf("freeze workspace: %w", err)
+	}
+	marker := filepath.Join(dir, frozenFile)
+	if err := os.WriteFile(marker, []byte(fmt.Sprintf("%d %d\n", os.Getpid(), start)), 0o600); err != nil {
+		return nil, fmt.Errorf("freeze workspace: %w", err)
+	}
 	stopped := map[int]bool{}
 	thaw = func() {
 		for pid := range stopped {
 			_ = unix.Kill(pid, syscall.SIGCONT)
 		}
+		_ = os.Remove(marker)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -93,4 +109,33 @@ func pidsInNS(ns string) []int {
 		}
 	}
 	return out
+}
+
+// frozenFile marks a workspace whose processes a freezer stopped: "PID
+// START" of the freezer.
+const frozenFile = "frozen"
+
+// ThawStale resumes the processes of a workspace whose freezer died before
+// thawing them. It costs one failed stat when nothing is frozen.
+func ThawStale(dir string) {
+	marker := filepath.Join(dir, frozenFile)
+	b, err := os.ReadFile(marker)
+	if err != nil {
+		return
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscan(string(b), &pid, &start); err == nil && alive(pid, start) {
+		return // a live freezer: it thaws them itself
+	}
+	if k, err := FindKeeper(dir); err == nil {
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", k.PID)); err == nil {
+			for _, p := range pidsInNS(ns) {
+				if p != k.PID {
+					_ = unix.Kill(p, syscall.SIGCONT)
+				}
+			}
+		}
+	}
+	_ = os.Remove(marker)
 }

@@ -13,6 +13,7 @@ if [ "${1:-}" = "--bench" ]; then                   # peers measured by make ben
   command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
   command -v restic >/dev/null || need+=(restic)
   command -v hyperfine >/dev/null || need+=(hyperfine)
+  command -v zstd >/dev/null || need+=(zstd)         # compressed size of a change
 fi
 if [ ${#need[@]} -eq 0 ]; then
   echo "deps: nothing missing"

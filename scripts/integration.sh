@@ -34,7 +34,9 @@ pass() { # pass LABEL CMD...
 if [ "$(id -u)" -eq 0 ]; then
   (cd "$tmp" && pass root ./integration.test)
   uid=$(id -u "$user"); gid=$(id -g "$user")
-  home=$(mktemp -d /tmp/strata-it-home.XXXXXX)
+  # Outside /tmp: inside a workspace /tmp is private, and the sandbox tests
+  # plant secrets in this home that must be fenced, not merely hidden.
+  home=$(mktemp -d /var/tmp/strata-it-home.XXXXXX)
   chown "$uid:$gid" "$home"
   trap 'rm -rf "$tmp" "$home"' EXIT
   (cd "$home" && pass "rootless, as $user" setpriv --reuid="$uid" --regid="$gid" --init-groups \

@@ -14,7 +14,11 @@ func permuteArgs(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
 	}
-	out := []string{args[0]}
+	// Global flags may also follow the command (`strata ws list --json`):
+	// they are moved in front of it.
+	var globals []string
+	args, globals = extractGlobals(app.Flags, args)
+	out := append([]string{args[0]}, globals...)
 	rest := args[1:]
 	// Global flags come before the command; keep them where they are.
 	flags, cmds := app.Flags, app.Commands
@@ -125,6 +129,55 @@ func takesValue(flags []cli.Flag, a string) bool {
 				return false
 			}
 			return true
+		}
+	}
+	return false
+}
+
+// extractGlobals removes the app's global flags (and their values) from
+// args after the command name, up to "--", and returns them apart.
+func extractGlobals(globals []cli.Flag, args []string) (rest, found []string) {
+	rest = []string{args[0]}
+	seenCmd := false
+	limit, positionals := -1, 0
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || limit >= 0 && positionals > limit {
+			// The user's command line of exec/run starts here.
+			return append(rest, args[i:]...), found
+		}
+		if !strings.HasPrefix(a, "-") {
+			if !seenCmd {
+				if l, ok := passthroughAfter[a]; ok {
+					limit = l
+				}
+			} else {
+				positionals++
+			}
+			seenCmd = true
+			rest = append(rest, a)
+			continue
+		}
+		if !seenCmd || !isFlag(globals, a) {
+			rest = append(rest, a)
+			continue
+		}
+		found = append(found, a)
+		if takesValue(globals, a) && i+1 < len(args) {
+			i++
+			found = append(found, args[i])
+		}
+	}
+	return rest, found
+}
+
+func isFlag(flags []cli.Flag, a string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
 		}
 	}
 	return false

@@ -22,6 +22,11 @@ func TestPermuteArgs(t *testing.T) {
 		{[]string{"strata", "exec", "ws1", "ls", "--cwd", "x"}, []string{"strata", "exec", "--", "ws1", "ls", "--cwd", "x"}},
 		{[]string{"strata", "gc", "--prune=0s"}, []string{"strata", "gc", "--prune=0s"}},
 		{[]string{"strata", "nosuch", "-x"}, []string{"strata", "nosuch", "-x"}},
+		{[]string{"strata", "ws", "list", "--json"}, []string{"strata", "--json", "ws", "list"}},
+		{[]string{"strata", "log", "main", "--home", "/h", "-n", "3"}, []string{"strata", "--home", "/h", "log", "-n", "3", "--", "main"}},
+		{[]string{"strata", "exec", "w", "--", "ls", "--json"}, []string{"strata", "exec", "--", "w", "ls", "--json"}},
+		{[]string{"strata", "exec", "w", "npm", "--json"}, []string{"strata", "exec", "--", "w", "npm", "--json"}},
+		{[]string{"strata", "exec", "--json", "w", "true"}, []string{"strata", "--json", "exec", "--", "w", "true"}},
 	} {
 		if got := permuteArgs(app, tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("permuteArgs(%q)\n got %q\nwant %q", tc.in, got, tc.want)

@@ -85,7 +85,7 @@ func changeCommands(e *env) []*cli.Command {
 					return err
 				}
 				defer r.Close()
-				res, err := r.Commit(c.Context, c.Args().First(), c.String("message"))
+				res, err := r.Commit(c.Context, c.Args().First(), strata.CommitOptions{Message: c.String("message"), Warn: e.warn})
 				if err != nil {
 					return err
 				}

@@ -217,6 +217,12 @@ func storeCommands(e *env) []*cli.Command {
 					if res.Store.StaleLeases > 0 {
 						fmt.Fprintf(w, "gc: dropped %d leases of dead processes\n", res.Store.StaleLeases)
 					}
+					if res.LayersFreed > 0 {
+						fmt.Fprintf(w, "gc: evicted %d cached layers (%s)\n", res.LayersFreed, ibytes(res.LayerBytes))
+					}
+					for _, p := range res.StaleRemoved {
+						fmt.Fprintf(w, "gc: removed leftover %s\n", p)
+					}
 				})
 			},
 		},
@@ -247,6 +253,11 @@ func storeCommands(e *env) []*cli.Command {
 						fmt.Fprintf(w, "%s%s: %s\n", pr.Kind, obj, pr.Detail)
 						if len(pr.Affected) > 0 {
 							fmt.Fprintf(w, "  affects: %s\n", strings.Join(pr.Affected, ", "))
+						}
+					}
+					if !e.quiet {
+						for _, in := range rep.Info {
+							fmt.Fprintf(w, "note: %s\n", in)
 						}
 					}
 					if rep.OK() {
