@@ -1,8 +1,8 @@
 package strata
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
