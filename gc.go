@@ -75,6 +75,7 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	}
 	out.LayersFreed, out.LayerBytes = len(ev.Removed), ev.Bytes
 	out.StaleRemoved = r.removeStale(wss)
+	r.cleanRuns()
 	return out, nil
 }
 
@@ -101,6 +102,8 @@ func (r *Repo) cacheRoots(ctx context.Context) ([]store.ID, []store.Workspace, e
 		}
 		return nil
 	})
+	// Runs in progress have no registry row; their run.json names the base.
+	keep = append(keep, r.liveRunBases()...)
 	return keep, wss, err
 }
 
@@ -125,7 +128,7 @@ func (r *Repo) removeStale(wss []store.Workspace) []string {
 		for _, e := range ents {
 			name := e.Name()
 			p := filepath.Join(root, name)
-			if known[name] || !old(p) {
+			if known[name] || name == runsDir || !old(p) {
 				continue
 			}
 			if !strings.HasPrefix(name, ".tmp-") {

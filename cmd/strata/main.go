@@ -115,6 +115,7 @@ func newApp(e *env) *cli.App {
 	app.Commands = append(app.Commands, storeCommands(e)...)
 	app.Commands = append(app.Commands, wsCommand(e), execCommand(e), shellCommand(e))
 	app.Commands = append(app.Commands, changeCommands(e)...)
+	app.Commands = append(app.Commands, runCommand(e), batchCommand(e))
 	app.Commands = append(app.Commands, doctorCommand(e))
 	for _, c := range app.Commands {
 		setUsageErrors(c)

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/stratafs/strata"
+)
+
+func runCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "fork, apply a patch, run a command, report, then discard (default), keep or commit",
+		ArgsUsage: "-- CMD [ARG...]",
+		Flags: append(sandboxFlags(),
+			&cli.StringFlag{Name: "from", Usage: "REF to fork (default main)"},
+			&cli.StringFlag{Name: "patch", Usage: "apply this git-style unified diff first (- for stdin)"},
+			&cli.BoolFlag{Name: "tmpfs", Value: true, Usage: "keep changes on a tmpfs (default; --tmpfs=false for disk)"},
+			&cli.DurationFlag{Name: "timeout", Usage: "kill the command and everything it started after DUR (exit 124)"},
+			&cli.BoolFlag{Name: "keep", Usage: "keep the workspace whatever the outcome (named run-ID)"},
+			&cli.StringFlag{Name: "commit", Usage: "commit the change to BRANCH when the command exits 0 and the change passes the policy check"},
+			&cli.StringSliceFlag{Name: "protect", Usage: "with --commit: refuse changes to paths matching GLOB (repeatable; ** spans directories)"},
+			&cli.StringFlag{Name: "output", Usage: "write the command's stdout, stderr and result.json into DIR"},
+			&cli.StringFlag{Name: "cwd", Usage: "working directory inside the workspace"},
+			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the command's environment (repeatable)"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 1 {
+				return usagef("run needs -- CMD [ARG...]")
+			}
+			sb, err := sandboxOptions(e, c)
+			if err != nil {
+				return err
+			}
+			opts := strata.RunOptions{
+				From: c.String("from"), Disk: !c.Bool("tmpfs"), Timeout: c.Duration("timeout"),
+				Keep: c.Bool("keep"), CommitBranch: c.String("commit"), Protect: c.StringSlice("protect"),
+				Output: c.String("output"), Argv: c.Args().Slice(), Env: c.StringSlice("env"), Cwd: c.String("cwd"),
+				Sandbox: sb, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Warn: e.warn,
+			}
+			if e.json && opts.Output == "" {
+				// stdout carries the result object; the command's output
+				// goes to stderr.
+				opts.Stdout = os.Stderr
+			}
+			if p := c.String("patch"); p != "" {
+				var b []byte
+				if p == "-" {
+					b, err = io.ReadAll(os.Stdin)
+					opts.Stdin = nil
+				} else {
+					b, err = os.ReadFile(p)
+				}
+				if err != nil {
+					return &exitCode{code: exitError, err: fmt.Errorf("--patch: %w", err)}
+				}
+				opts.PatchData, opts.PatchName = b, p
+			}
+			r, err := e.open(strata.OpenOptions{})
+			if err != nil {
+				return &exitCode{code: exitStrata, err: err}
+			}
+			defer r.Close()
+			res, err := r.Run(context.WithoutCancel(c.Context), opts)
+			var pe *strata.PatchError
+			var pol *strata.PolicyError
+			switch {
+			case errors.As(err, &pe) || errors.Is(err, strata.ErrPatch):
+				// The patch does not apply: exit 1 with the hunk that failed.
+				return &exitCode{code: exitError, err: err}
+			case errors.As(err, &pol):
+				e.out(res, nil)
+				return &exitCode{code: exitError, err: err}
+			case errors.Is(err, strata.ErrConflict):
+				if res != nil {
+					e.out(res, nil)
+				}
+				return err
+			case errors.Is(err, strata.ErrInvalidName):
+				return err
+			case err != nil:
+				return &exitCode{code: exitStrata, err: err}
+			}
+			if err := e.out(res, func(w io.Writer) {
+				if e.quiet {
+					return
+				}
+				what := "discarded"
+				switch {
+				case res.Workspace != "":
+					what = "kept as workspace " + res.Workspace
+				case !res.Commit.IsZero():
+					what = "committed " + res.Commit.Short() + " to " + res.Branch
+				}
+				status := fmt.Sprintf("exit %d", res.ExitCode)
+				if res.TimedOut {
+					status = "timed out"
+				}
+				fmt.Fprintf(os.Stderr, "strata: run %s: %s; %d files changed (+%d -%d); %s in %s\n", res.ID, status,
+					res.Diff.Files, res.Diff.Added, res.Diff.Deleted, what, time.Duration(res.Durations["total"]).Round(time.Millisecond))
+			}); err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return &exitCode{code: res.ExitCode}
+			}
+			return nil
+		},
+	}
+}
+
+func batchCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "batch",
+		Usage:     "many runs: one JSON line in, one JSON line out each; resumable",
+		ArgsUsage: "FILE.jsonl",
+		Flags: append(sandboxFlags(),
+			&cli.IntFlag{Name: "parallel", Aliases: []string{"j"}, Value: 1, Usage: "jobs at once"},
+			&cli.StringFlag{Name: "out", Usage: "append results to FILE.jsonl; jobs already in it are skipped (default: stdout)"},
+			&cli.StringFlag{Name: "output", Usage: "keep each job's stdout and stderr under DIR/ID/"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usagef("batch needs exactly one FILE.jsonl")
+			}
+			sb, err := sandboxOptions(e, c)
+			if err != nil {
+				return err
+			}
+			r, err := e.open(strata.OpenOptions{})
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			p := e.progress()
+			sum, err := r.Batch(c.Context, c.Args().First(), e.stdout, strata.BatchOptions{
+				Parallel: c.Int("parallel"), Out: c.String("out"), Output: c.String("output"), Sandbox: sb,
+				Progress: func(done, total int) { p.update("batch", int64(done), int64(total), false) },
+				Kind:     kindOf,
+			})
+			p.done()
+			if err != nil {
+				return err
+			}
+			if !e.quiet && c.String("out") != "" {
+				fmt.Fprintf(e.stderr, "batch: %d jobs: %d run (%d passed, %d failed, %d timed out, %d errors), %d already done, in %s\n",
+					sum.Jobs, sum.Ran, sum.Passed, sum.Failed, sum.TimedOut, sum.Errors, sum.Skipped, time.Duration(sum.Duration).Round(time.Millisecond))
+			}
+			return nil
+		},
+	}
+}

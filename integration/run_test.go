@@ -1,0 +1,300 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runResult mirrors the fields of `strata run --json` the tests read.
+type runResult struct {
+	ID       string `json:"id"`
+	ExitCode int    `json:"exit_code"`
+	TimedOut bool   `json:"timed_out"`
+	Commit   string `json:"commit"`
+	Branch   string `json:"branch"`
+	Work     string `json:"workspace"`
+	Diff     struct {
+		Files int      `json:"files"`
+		Added int      `json:"insertions"`
+		Paths []string `json:"paths"`
+	} `json:"diff"`
+	Violations []struct{ Path, Reason string } `json:"policy_violations"`
+	Durations  map[string]int64                `json:"durations_ns"`
+}
+
+func decodeRun(t testing.TB, r result) runResult {
+	t.Helper()
+	var rr runResult
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &rr); err != nil {
+		t.Fatalf("run --json output %q: %v\n%s", r.stdout, err, r)
+	}
+	return rr
+}
+
+// patchFor makes a git patch that replaces from with to in dir/rel, the
+// way an agent's change arrives: git diff in a repository.
+func patchFor(t testing.TB, dir, rel, from, to string) string {
+	t.Helper()
+	old, err := os.ReadFile(filepath.Join(dir, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := t.TempDir()
+	os.MkdirAll(filepath.Join(repo, filepath.Dir(rel)), 0o755)
+	os.WriteFile(filepath.Join(repo, rel), old, 0o644)
+	sh(t, repo, "git init -q . && git add -A && git -c user.name=t -c user.email=t@example.invalid commit -qm base")
+	os.WriteFile(filepath.Join(repo, rel), []byte(strings.Replace(string(old), from, to, 1)), 0o644)
+	out := sh(t, repo, "git diff")
+	if out == "" {
+		t.Fatalf("empty patch for %s", rel)
+	}
+	p := filepath.Join(t.TempDir(), "change.patch")
+	os.WriteFile(p, []byte(out), 0o644)
+	return p
+}
+
+// TestRun: fork, patch, run, discard; commit only on success; keep; the
+// result object; output files.
+func TestRun(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+
+	// Discard (default): nothing remains, main does not move.
+	r := h.ok("--json", "run", "--", "sh", "-c", "echo gone > src/app.txt")
+	rr := decodeRun(t, r)
+	if rr.Diff.Files != 1 || rr.ExitCode != 0 {
+		t.Errorf("run result: %+v", rr)
+	}
+	if got := h.ok("show", "main:src/app.txt").stdout; got != "line 1\nline 2\nline 3\n" {
+		t.Errorf("a discarded run changed main: %q", got)
+	}
+
+	// A patch that applies, a command that sees it.
+	patch := patchFor(t, src, "src/app.txt", "line 2", "line two")
+	r = h.ok("--json", "run", "--patch", patch, "--", "grep", "-q", "line two", "src/app.txt")
+	if rr = decodeRun(t, r); rr.Diff.Files != 1 || rr.Diff.Added != 1 {
+		t.Errorf("patched run: %+v", rr)
+	}
+
+	// A patch that does not apply: exit 1 naming the hunk.
+	bad := patchFor(t, src, "src/app.txt", "line 3", "line three")
+	os.WriteFile(filepath.Join(src, "src", "app.txt"), []byte("changed meanwhile\n"), 0o644)
+	h.ok("import", src, "-b", "moved")
+	r = h.fails(1, "run", "--from", "moved", "--patch", bad, "--", "true")
+	if !strings.Contains(r.stderr, "does not apply") || !strings.Contains(r.stderr, "@@") {
+		t.Errorf("a patch that does not apply: want the failing hunk, got:\n%s", r.stderr)
+	}
+
+	// --commit: only when the command exits 0.
+	h.fails(3, "run", "--commit", "results/a", "--", "sh", "-c", "echo x > fail.txt; exit 3")
+	h.fails(1, "log", "results/a")
+	r = h.ok("--json", "run", "--patch", patch, "--commit", "results/a", "--", "true")
+	if rr = decodeRun(t, r); rr.Commit == "" || rr.Branch != "results/a" {
+		t.Fatalf("commit run: %+v", rr)
+	}
+	if got := h.ok("show", "results/a:src/app.txt").stdout; !strings.Contains(got, "line two") {
+		t.Errorf("committed run: %q", got)
+	}
+
+	// --keep: the workspace stays, whatever the outcome.
+	r = h.fails(5, "--json", "run", "--keep", "--", "sh", "-c", "echo kept > k.txt; exit 5")
+	rr = decodeRun(t, r)
+	if rr.Work == "" {
+		t.Fatalf("--keep named no workspace: %+v", rr)
+	}
+	if got := h.ok("exec", rr.Work, "--", "cat", "k.txt").stdout; got != "kept\n" {
+		t.Errorf("kept workspace reads %q", got)
+	}
+	h.ok("ws", "rm", "--force", rr.Work)
+
+	// --output keeps stdout, stderr and the result.
+	out := filepath.Join(t.TempDir(), "out")
+	h.ok("run", "--output", out, "--", "sh", "-c", "echo to-out; echo to-err >&2")
+	for f, want := range map[string]string{"stdout": "to-out\n", "stderr": "to-err\n"} {
+		if b, _ := os.ReadFile(filepath.Join(out, f)); string(b) != want {
+			t.Errorf("--output %s = %q", f, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "result.json")); err != nil {
+		t.Errorf("--output: no result.json: %v", err)
+	}
+	h.fsckClean()
+}
+
+// TestRunPolicy: protected paths, setuid bits and symlinks out of the tree
+// are refused before a commit lands, with the paths in the result.
+func TestRunPolicy(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	for _, tc := range []struct {
+		script, path string
+		protect      []string
+	}{
+		{"mkdir -p .github/workflows && echo evil > .github/workflows/ci.yml", ".github/workflows/ci.yml", []string{".github/workflows/**"}},
+		{"echo hook > docs/readme", "docs/readme", []string{"docs/*"}},
+		{"cp src/run.sh suid && chmod 4755 suid", "suid", nil},
+		{"ln -s /etc/shadow shadow", "shadow", nil},
+		{"ln -s ../../../outside src/deep/up", "src/deep/up", nil},
+	} {
+		args := []string{"--json", "run", "--commit", "guarded"}
+		for _, p := range tc.protect {
+			args = append(args, "--protect", p)
+		}
+		args = append(args, "--", "sh", "-c", tc.script)
+		r := h.run(args...)
+		if r.code != 1 {
+			t.Errorf("%q: exit %d; want 1 (policy)\n%s", tc.script, r.code, r)
+			continue
+		}
+		rr := decodeRun(t, r)
+		found := false
+		for _, v := range rr.Violations {
+			found = found || v.Path == tc.path
+		}
+		if !found {
+			t.Errorf("%q: violations %+v do not name %s", tc.script, rr.Violations, tc.path)
+		}
+		if rr.Commit != "" {
+			t.Errorf("%q: committed despite the policy", tc.script)
+		}
+	}
+	h.fails(1, "log", "guarded")
+}
+
+// TestRunTimeout: the whole PID namespace is killed; nothing survives.
+func TestRunTimeout(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	marker := "strata-it-timeout-" + strconv.Itoa(os.Getpid())
+	start := time.Now()
+	r := h.fails(124, "--json", "run", "--timeout", "500ms", "--", "bash", "-c",
+		"(exec -a "+marker+" sleep 1000) & setsid -f bash -c 'exec -a "+marker+" sleep 1000' </dev/null >/dev/null 2>&1; sleep 1000")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the timeout took %s", d)
+	}
+	if rr := decodeRun(t, r); !rr.TimedOut {
+		t.Errorf("timed_out is false: %+v", rr)
+	}
+	waitNoProcs(t, marker)
+}
+
+// TestRunKilled: a run killed with SIGKILL leaves nothing that the next run
+// or gc does not clean: no process, no run directory.
+func TestRunKilled(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	marker := "strata-it-killed-" + strconv.Itoa(os.Getpid())
+	cmd := exec.Command(bin(t), "--home", h.dir, "run", "--", "bash", "-c", "(exec -a "+marker+" sleep 1000) & sleep 1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); countProcs(t, marker) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the run never started its command")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	// The init of the run is PID 1 of its namespace and dies with a
+	// parent-death signal: the namespace and everything in it go.
+	waitNoProcs(t, marker)
+	runs := runDirs(t, h)
+	if len(runs) == 0 {
+		t.Fatal("expected the killed run's directory to be left for cleanup (is the test still meaningful?)")
+	}
+	// The next run cleans the killed run's directory.
+	h.ok("run", "--", "true")
+	if left := runDirs(t, h); len(left) != 0 {
+		t.Errorf("after the next run, left behind: %v", left)
+	}
+	h.ok("gc")
+	h.fsckClean()
+}
+
+func runDirs(t testing.TB, h *home) []string {
+	t.Helper()
+	var out []string
+	ms, _ := filepath.Glob(fmt.Sprintf("/dev/shm/strata-%d/*/runs/*", os.Getuid()))
+	for _, m := range ms {
+		// Only this store's runs: their run.json names a base in it.
+		if b, err := os.ReadFile(filepath.Join(m, "run.json")); err == nil && len(b) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestBatch: jobs in, results out, in parallel; a re-run skips finished
+// jobs.
+func TestBatch(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	dir := t.TempDir()
+	good := patchFor(t, src, "src/app.txt", "line 2", "line two")
+	var jobs []string
+	for i := 0; i < 6; i++ {
+		cmd := `"grep -q 'line two' src/app.txt"`
+		if i%3 == 2 {
+			cmd = `["sh", "-c", "exit 2"]`
+		}
+		jobs = append(jobs, fmt.Sprintf(`{"id": "j%d", "patch": %q, "cmd": %s, "timeout": "30s", "env": {"JOB": "%d"}}`, i, good, cmd, i))
+	}
+	jobs = append(jobs, `{"id": "slow", "cmd": "sleep 30", "timeout": 0.3}`)
+	file := filepath.Join(dir, "jobs.jsonl")
+	os.WriteFile(file, []byte(strings.Join(jobs, "\n")+"\n"), 0o644)
+	out := filepath.Join(dir, "results.jsonl")
+	h.ok("batch", file, "--parallel", "3", "--out", out)
+	res := map[string]map[string]any{}
+	b, _ := os.ReadFile(out)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("result line %q: %v", line, err)
+		}
+		res[m["id"].(string)] = m
+	}
+	if len(res) != 7 {
+		t.Fatalf("%d results; want 7:\n%s", len(res), b)
+	}
+	for id, m := range res {
+		want := 0.0
+		switch {
+		case id == "slow":
+			if m["timed_out"] != true {
+				t.Errorf("job slow did not time out: %v", m)
+			}
+			continue
+		case id == "j2" || id == "j5":
+			want = 2
+		}
+		if m["exit_code"] != want {
+			t.Errorf("job %s: exit_code %v, want %v (%v)", id, m["exit_code"], want, m)
+		}
+	}
+	// Resumable: a second run appends nothing.
+	h.ok("batch", file, "--parallel", "3", "--out", out)
+	if b2, _ := os.ReadFile(out); len(b2) != len(b) {
+		t.Errorf("a re-run of a finished batch appended results")
+	}
+}

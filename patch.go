@@ -1,0 +1,226 @@
+package strata
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/snapshot"
+	"github.com/stratafs/strata/store"
+)
+
+// PatchError says which file and hunk of a patch did not apply.
+type PatchError struct {
+	File string // the path in the patch
+	Hunk string // the failing hunk's header and lines, when known
+	Err  error  // gitdiff's error
+}
+
+func (e *PatchError) Error() string {
+	if e.Hunk != "" {
+		return fmt.Sprintf("patch does not apply: %s: %v; the hunk that failed:\n%s", e.File, e.Err, e.Hunk)
+	}
+	return fmt.Sprintf("patch does not apply: %s: %v", e.File, e.Err)
+}
+func (e *PatchError) Unwrap() error { return e.Err }
+
+// ErrPatch marks a patch that cannot be parsed or applied.
+var ErrPatch = errors.New("patch does not apply")
+
+func (e *PatchError) Is(target error) bool { return target == ErrPatch }
+
+// applyPatch applies a git-style unified diff to a workspace that has not
+// been mounted yet, by writing the patched files straight into its upper
+// directory in overlay format: new and changed files with their content,
+// whiteouts for deleted ones, and the parent directories they need with
+// the base tree's attributes (as the kernel's copy-up would make them).
+// Original contents come from the base tree in the store, so the result is
+// exactly what applying the patch in the merged view would give.
+func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.ID, upper string, patch []byte) (int, error) {
+	files, _, err := gitdiff.Parse(bytes.NewReader(patch))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrPatch, err)
+	}
+	if len(files) == 0 {
+		return 0, fmt.Errorf("%w: no file changes found in the patch", ErrPatch)
+	}
+	type planned struct {
+		path    string
+		content []byte
+		mode    uint32
+		delete  bool
+	}
+	// git patches name files without their a/ and b/ prefixes already;
+	// traditional unified diffs are taken as patch -p1 takes them.
+	strip := !isGitPatch(patch)
+	var plan []planned
+	for _, f := range files {
+		oldName, newName := patchPath(f.OldName, strip), patchPath(f.NewName, strip)
+		name := newName
+		if f.IsDelete {
+			name = oldName
+		}
+		for _, p := range []string{oldName, newName} {
+			if p != "" && !cleanRel(p) {
+				return 0, &PatchError{File: p, Err: errors.New("path leaves the tree or names .git internals")}
+			}
+		}
+		var src []byte
+		var srcMode uint32 = 0o644
+		if !f.IsNew {
+			e, err := snapshot.Lookup(ctx, st, baseTree, oldName)
+			if err != nil {
+				return 0, &PatchError{File: oldName, Err: fmt.Errorf("not in the base tree: %w", err)}
+			}
+			switch e.Type {
+			case store.TypeFile:
+				var buf bytes.Buffer
+				if _, err := st.ReadContentTo(ctx, e.Content, &buf); err != nil {
+					return 0, err
+				}
+				src = buf.Bytes()
+			case store.TypeSymlink:
+				src = []byte(e.Target)
+			default:
+				return 0, &PatchError{File: oldName, Err: fmt.Errorf("is a %s in the base tree", e.Type)}
+			}
+			srcMode = e.Mode
+		} else if _, err := snapshot.Lookup(ctx, st, baseTree, newName); err == nil {
+			return 0, &PatchError{File: newName, Err: errors.New("the patch creates it, but it already exists")}
+		}
+		var out bytes.Buffer
+		if err := gitdiff.Apply(&out, bytes.NewReader(src), f); err != nil {
+			pe := &PatchError{File: name, Err: err}
+			var ae *gitdiff.ApplyError
+			if errors.As(err, &ae) && ae.Fragment > 0 && ae.Fragment <= len(f.TextFragments) {
+				frag := f.TextFragments[ae.Fragment-1]
+				pe.Err = fmt.Errorf("hunk %d, line %d of the hunk (line %d of the file): %w", ae.Fragment, ae.FragmentLine, ae.Line, err)
+				pe.Hunk = strings.TrimRight(frag.String(), "\n")
+			}
+			return 0, pe
+		}
+		if f.IsDelete {
+			plan = append(plan, planned{path: oldName, delete: true})
+			continue
+		}
+		mode := srcMode
+		if f.NewMode != 0 {
+			mode = uint32(f.NewMode.Perm())
+			if f.NewMode&fs.ModeSymlink != 0 || f.NewMode&0o170000 == 0o120000 {
+				mode = 0o120000
+			}
+		}
+		if f.IsRename || (oldName != "" && oldName != newName && !f.IsCopy && !f.IsNew) {
+			plan = append(plan, planned{path: oldName, delete: true})
+		}
+		plan = append(plan, planned{path: newName, content: out.Bytes(), mode: mode})
+	}
+	// Everything applied in memory: now write.
+	for _, p := range plan {
+		if err := r.ensureUpperParents(ctx, st, baseTree, upper, p.path); err != nil {
+			return 0, err
+		}
+		dst := filepath.Join(upper, filepath.FromSlash(p.path))
+		_ = os.Remove(dst)
+		switch {
+		case p.delete:
+			if err := unix.Mknod(dst, unix.S_IFCHR|0o000, 0); err != nil {
+				return 0, fmt.Errorf("patch: whiteout %s: %w", p.path, err)
+			}
+		case p.mode == 0o120000:
+			if err := os.Symlink(string(p.content), dst); err != nil {
+				return 0, fmt.Errorf("patch: %s: %w", p.path, err)
+			}
+		default:
+			if err := os.WriteFile(dst, p.content, 0o600); err != nil {
+				return 0, fmt.Errorf("patch: %s: %w", p.path, err)
+			}
+			if err := unix.Chmod(dst, p.mode&0o7777); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(files), nil
+}
+
+// patchPath cleans a name from a patch; with strip, it drops the first
+// path element, as patch -p1 does (a/, b/ or a directory name).
+func patchPath(p string, strip bool) string {
+	if p == "" || p == "/dev/null" {
+		return ""
+	}
+	p = strings.TrimPrefix(path.Clean(p), "./")
+	if strip {
+		if _, rest, ok := strings.Cut(p, "/"); ok {
+			p = rest
+		}
+	}
+	return p
+}
+
+// isGitPatch reports whether a patch is in git's format (diff --git
+// headers).
+func isGitPatch(patch []byte) bool {
+	return bytes.HasPrefix(patch, []byte("diff --git ")) || bytes.Contains(patch, []byte("\ndiff --git "))
+}
+
+// cleanRel reports whether p is a clean relative path that stays in the
+// tree and does not touch .git's internals.
+func cleanRel(p string) bool {
+	if p == "" || path.IsAbs(p) || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
+		return false
+	}
+	for _, el := range strings.Split(p, "/") {
+		if strings.EqualFold(el, ".git") {
+			return false
+		}
+	}
+	return true
+}
+
+// ensureUpperParents creates the parent directories of rel in the upper
+// directory, each with the attributes the base tree gives it.
+func (r *Repo) ensureUpperParents(ctx context.Context, st *store.Store, baseTree store.ID, upper, rel string) error {
+	dir := path.Dir(rel)
+	if dir == "." {
+		return nil
+	}
+	cur := ""
+	for _, el := range strings.Split(dir, "/") {
+		cur = path.Join(cur, el)
+		dst := filepath.Join(upper, filepath.FromSlash(cur))
+		if fi, err := os.Lstat(dst); err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("patch: %s is not a directory in the workspace", cur)
+			}
+			continue
+		}
+		mode, mtime := uint32(0o755), int64(0)
+		if e, err := snapshot.Lookup(ctx, st, baseTree, cur); err == nil {
+			if e.Type != store.TypeDir {
+				return &PatchError{File: rel, Err: fmt.Errorf("%s is a %s in the base tree", cur, e.Type)}
+			}
+			mode, mtime = e.Mode, e.MtimeNs
+		}
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		if err := unix.Chmod(dst, mode&0o7777); err != nil {
+			return err
+		}
+		if mtime != 0 {
+			ts := unix.NsecToTimespec(mtime)
+			_ = unix.UtimesNano(dst, []unix.Timespec{ts, ts})
+		}
+	}
+	return nil
+}

@@ -1,0 +1,620 @@
+package strata
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/internal/textdiff"
+	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/overlayfs"
+	"github.com/stratafs/strata/snapshot"
+	"github.com/stratafs/strata/store"
+)
+
+// ExitTimeout is the exit code of a run whose command exceeded --timeout
+// (as timeout(1) reports it). The whole PID namespace was killed.
+const ExitTimeout = 124
+
+// RunOptions describe a one-shot run: fork, patch, run, report, then
+// discard, keep or commit.
+type RunOptions struct {
+	From      string // REF to fork; default main
+	PatchData []byte // a git-style unified diff applied before the command
+	PatchName string // where PatchData came from, for messages
+	Disk      bool   // upper on disk instead of a tmpfs
+	Timeout   time.Duration
+	// Keep leaves the workspace (named in the result) whatever the outcome.
+	Keep bool
+	// CommitBranch commits the change to this branch when the command
+	// exits 0 and the change passes the policy check.
+	CommitBranch string
+	// Protect lists globs of paths the change must not touch (with
+	// CommitBranch); `**` matches across directories.
+	Protect []string
+	// Output, when set, receives the command's stdout and stderr as files
+	// and result.json; otherwise they go to Stdout and Stderr.
+	Output  string
+	Argv    []string
+	Env     []string
+	Cwd     string
+	Sandbox SandboxOptions
+	Stdin   *os.File
+	Stdout  *os.File
+	Stderr  *os.File
+	Warn    func(path, msg string)
+}
+
+// RunResult is the one result object of a run (`run --json`).
+type RunResult struct {
+	ID        string   `json:"id"`
+	From      store.ID `json:"from"`
+	ExitCode  int      `json:"exit_code"`
+	Signal    string   `json:"signal,omitempty"`
+	TimedOut  bool     `json:"timed_out"`
+	Workspace string   `json:"workspace,omitempty"` // kept as
+	Commit    store.ID `json:"commit,omitempty"`
+	Branch    string   `json:"branch,omitempty"`
+	Diff      DiffStat `json:"diff"`
+	// Violations are the policy check's findings; with any, nothing was
+	// committed.
+	Violations []Violation `json:"policy_violations,omitempty"`
+	// Durations of each phase in nanoseconds: fork, patch, run, diff,
+	// commit, discard, total.
+	Durations map[string]int64 `json:"durations_ns"`
+	Output    string           `json:"output,omitempty"`
+	Error     string           `json:"error,omitempty"`
+}
+
+// DiffStat summarizes a run's change.
+type DiffStat struct {
+	Files     int      `json:"files"`
+	Added     int      `json:"insertions"`
+	Deleted   int      `json:"deletions"`
+	Paths     []string `json:"paths,omitempty"`
+	Truncated bool     `json:"paths_truncated,omitempty"`
+}
+
+// Violation is one path the policy check refused.
+type Violation struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// runState is what a run leaves in its directory while it is alive, so
+// that gc keeps its layers and a later run or gc can clean up after a run
+// that was killed.
+type runState struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
+	Base  string `json:"base"`
+}
+
+const (
+	runsDir      = "runs"
+	runStateFile = "run.json"
+)
+
+// runsRoot is where runs keep their upper and work: the per-store tmpfs
+// directory, or the store itself for --disk runs.
+func (r *Repo) runsRoot(disk bool) string {
+	if disk {
+		return filepath.Join(r.home, runsDir)
+	}
+	return filepath.Join(r.tmpfsRoot(), runsDir)
+}
+
+// Run forks ref into a throwaway workspace, applies a patch, runs a
+// command with a timeout (the PID namespace is killed, nothing survives),
+// and then discards the workspace, keeps it, or commits its change. The
+// returned error is strata's own; the command's outcome is in the result.
+func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
+	t0 := time.Now()
+	res := &RunResult{ID: randomHex(6), Durations: map[string]int64{}}
+	phase := func(name string, since time.Time) time.Time {
+		now := time.Now()
+		res.Durations[name] += now.Sub(since).Nanoseconds()
+		return now
+	}
+	if len(opts.Argv) == 0 {
+		return nil, fmt.Errorf("run: no command given: %w", ErrInvalidName)
+	}
+	if opts.Keep && opts.CommitBranch != "" {
+		return nil, fmt.Errorf("run: --keep and --commit exclude each other: %w", ErrInvalidName)
+	}
+	if opts.CommitBranch != "" {
+		if err := store.ValidateBranchName(opts.CommitBranch); err != nil {
+			return nil, err
+		}
+	}
+	for _, g := range opts.Protect {
+		if _, err := path.Match(strings.ReplaceAll(g, "**", "*"), ""); err != nil {
+			return nil, fmt.Errorf("--protect %q: %v: %w", g, err, ErrInvalidName)
+		}
+	}
+	st, err := r.db()
+	if err != nil {
+		return nil, err
+	}
+	r.cleanRuns()
+	from := opts.From
+	if from == "" {
+		from = DefaultBranch
+	}
+	var base *store.Commit
+	if err := st.View(ctx, func(tx *store.Tx) error {
+		id, err := resolve(tx, from)
+		if err != nil {
+			return err
+		}
+		res.From = id
+		base, err = tx.Commit(id)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
+	// Fork: a run directory with upper and work, registered by its pid.
+	dir := filepath.Join(r.runsRoot(opts.Disk), res.ID)
+	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	if err := mkdirs(0o700, upper, work); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	keepDir := false
+	defer func() {
+		if !keepDir {
+			start := time.Now()
+			_ = removeAll(dir)
+			phase("discard", start)
+		}
+	}()
+	_, startTicks, _ := procSelfStart()
+	stb, _ := json.Marshal(runState{PID: os.Getpid(), Start: startTicks, Base: res.From.String()})
+	if err := os.WriteFile(filepath.Join(dir, runStateFile), stb, 0o600); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	unlock, err := r.layerLock(false)
+	if err != nil {
+		return nil, err
+	}
+	lowers, err := r.layerStack(ctx, res.From)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	feat, err := r.features(ctx)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	if len(lowers) > 0 {
+		_ = copyDirAttrs(lowers[0], upper)
+	}
+	t := phase("fork", t0)
+
+	if len(opts.PatchData) > 0 {
+		if _, err := r.applyPatch(ctx, st, base.Tree, upper, opts.PatchData); err != nil {
+			unlock()
+			if opts.PatchName != "" {
+				err = fmt.Errorf("%s: %w", opts.PatchName, err)
+			}
+			return nil, err
+		}
+		t = phase("patch", t)
+	}
+
+	spec := nsexec.Spec{
+		Name: "run-" + res.ID, Dir: dir, Lowers: lowers, Upper: upper, Work: work,
+		Target: mountTarget(dir, base.Source), Features: feat, Volatile: !opts.Disk,
+	}
+	if spec.Target == filepath.Join(dir, "merged") {
+		_ = os.MkdirAll(spec.Target, 0o700)
+	}
+	cmd, err := buildCommand(spec.Target, ExecOptions{Argv: opts.Argv, Env: opts.Env, Cwd: opts.Cwd, Sandbox: opts.Sandbox})
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	stdin, stdout, stderr := opts.Stdin, opts.Stdout, opts.Stderr
+	if opts.Output != "" {
+		if err := os.MkdirAll(opts.Output, 0o755); err != nil {
+			unlock()
+			return nil, err
+		}
+		if stdout, err = os.Create(filepath.Join(opts.Output, "stdout")); err != nil {
+			unlock()
+			return nil, err
+		}
+		defer stdout.Close()
+		if stderr, err = os.Create(filepath.Join(opts.Output, "stderr")); err != nil {
+			unlock()
+			return nil, err
+		}
+		defer stderr.Close()
+		res.Output = opts.Output
+	}
+	if stdin == nil {
+		if stdin, err = os.Open(os.DevNull); err != nil {
+			unlock()
+			return nil, err
+		}
+		defer stdin.Close()
+	}
+	rctx := ctx
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	// The layers are mounted once Run starts the command; gc keeps them
+	// for the run's lifetime through its run.json.
+	status, runErr := nsexec.Run(rctx, spec, cmd, stdin, stdout, stderr)
+	unlock()
+	t = phase("run", t)
+	if runErr != nil && !(rctx.Err() != nil && status.Signal != 0) {
+		return nil, runErr
+	}
+	res.ExitCode = status.Code
+	if status.Signal != 0 {
+		res.Signal = unix.SignalName(status.Signal)
+	}
+	if opts.Timeout > 0 && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		res.TimedOut, res.ExitCode = true, ExitTimeout
+	}
+
+	flavour := overlayfs.FlavourUser
+	if nsexec.RealRoot() {
+		flavour = overlayfs.FlavourTrusted
+	}
+	changes, err := overlayfs.Changes(upper, lowers, flavour)
+	if err != nil {
+		return nil, fmt.Errorf("run: reading the change: %w", err)
+	}
+	res.Diff = diffStat(changes)
+	t = phase("diff", t)
+
+	switch {
+	case opts.CommitBranch != "" && res.ExitCode == 0 && !res.TimedOut:
+		if err := r.commitRun(ctx, st, res, base, upper, changes, opts); err != nil {
+			return res, err
+		}
+		t = phase("commit", t)
+	case opts.Keep:
+		name := "run-" + res.ID
+		if err := r.adoptRun(ctx, name, res.From, base.Source, dir, upper, work, !opts.Disk); err != nil {
+			return res, err
+		}
+		keepDir = true
+		res.Workspace = name
+	}
+	res.Durations["total"] = time.Since(t0).Nanoseconds()
+	if opts.Output != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		_ = os.WriteFile(filepath.Join(opts.Output, "result.json"), append(b, '\n'), 0o644)
+	}
+	return res, nil
+}
+
+// diffStat counts a change from the upper directory alone: changed files
+// and, for text files, inserted and deleted lines against the file beneath.
+func diffStat(changes []overlayfs.Change) DiffStat {
+	var ds DiffStat
+	for _, c := range changes {
+		isFile := c.Stat.Mode.IsRegular() || c.Stat.Mode&fs.ModeSymlink != 0
+		wasFile := c.Lower != nil && (c.Lower.Mode.IsRegular() || c.Lower.Mode&fs.ModeSymlink != 0)
+		if c.Kind == overlayfs.Deleted {
+			isFile = false
+		}
+		if !isFile && !wasFile {
+			continue
+		}
+		if c.Kind == overlayfs.Modified && c.Stat.Mode.IsRegular() {
+			if eq, err := c.ContentEqual(); err == nil && eq {
+				continue
+			}
+		}
+		ds.Files++
+		if len(ds.Paths) < 100 {
+			ds.Paths = append(ds.Paths, c.Path)
+		} else {
+			ds.Truncated = true
+		}
+		var a, b []byte
+		if wasFile && c.Lower.Mode.IsRegular() && c.Lower.Size < 8<<20 {
+			a, _ = os.ReadFile(c.LowerPath)
+		}
+		if isFile && c.Stat.Mode.IsRegular() && c.Stat.Size < 8<<20 {
+			b, _ = os.ReadFile(c.UpperPath)
+		}
+		if textdiff.IsBinary(a) || textdiff.IsBinary(b) {
+			continue
+		}
+		for _, op := range textdiff.Lines(a, b) {
+			switch op.Kind {
+			case textdiff.Insert:
+				ds.Added += op.N
+			case textdiff.Delete:
+				ds.Deleted += op.N
+			}
+		}
+	}
+	return ds
+}
+
+// commitRun turns a successful run's change into a commit on
+// opts.CommitBranch, after the policy check.
+func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, base *store.Commit, upper string, changes []overlayfs.Change, opts RunOptions) error {
+	wr, err := st.NewWriter(ctx, "run "+res.ID)
+	if err != nil {
+		return err
+	}
+	defer wr.Abort()
+	ar, err := snapshot.ApplyUpper(ctx, st, wr, base.Tree, upperChanges(changes), snapshot.ApplyOptions{
+		BaseStats: &base.Stats, Warn: opts.Warn,
+	})
+	if err != nil {
+		return err
+	}
+	if ar.Tree == base.Tree {
+		res.Commit, res.Branch = res.From, opts.CommitBranch
+		return r.moveBranchTo(ctx, opts.CommitBranch, res.From)
+	}
+	diff, err := snapshot.Diff(ctx, st, base.Tree, ar.Tree)
+	if err != nil {
+		return err
+	}
+	if res.Violations = policyCheck(diff, opts.Protect); len(res.Violations) > 0 {
+		return &PolicyError{Violations: res.Violations}
+	}
+	branch := opts.CommitBranch
+	return wr.Finish(func(tx *store.Tx) error {
+		id, err := tx.PutCommit(&store.Commit{
+			Tree: ar.Tree, Parents: []store.ID{res.From}, Message: "run " + strings.Join(opts.Argv, " "),
+			TimeNs: time.Now().UnixNano(), Source: base.Source, Stats: ar.Stats,
+		})
+		if err != nil {
+			return err
+		}
+		head, err := tx.Ref(branch)
+		switch {
+		case isNotFound(err):
+			head = store.ZeroID
+		case err != nil:
+			return err
+		case head != res.From:
+			return fmt.Errorf("branch %q is at %s, not at the run's base %s: %w", branch, head.Short(), res.From.Short(), ErrConflict)
+		}
+		if err := tx.SetRef(branch, head, id); err != nil {
+			return fmt.Errorf("branch %q moved during the run: %w", branch, err)
+		}
+		res.Commit, res.Branch = id, branch
+		return tx.AppendOp(store.Op{Kind: "run-commit", Ref: branch, Old: head, New: id, Detail: res.ID})
+	})
+}
+
+// moveBranchTo makes branch point at id when it does not exist yet (a run
+// that changed nothing commits nothing, but --commit BRANCH still names
+// its result).
+func (r *Repo) moveBranchTo(ctx context.Context, branch string, id store.ID) error {
+	return r.update(ctx, func(tx *store.Tx) error {
+		head, err := tx.Ref(branch)
+		switch {
+		case err == nil && head == id:
+			return nil
+		case err == nil:
+			return fmt.Errorf("branch %q is at %s, not at the run's base %s: %w", branch, head.Short(), id.Short(), ErrConflict)
+		case !isNotFound(err):
+			return err
+		}
+		return tx.SetRef(branch, store.ZeroID, id)
+	})
+}
+
+// PolicyError lists the paths a run's change may not touch. Nothing was
+// committed.
+type PolicyError struct{ Violations []Violation }
+
+func (e *PolicyError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the change breaks the policy in %d path(s); nothing was committed:", len(e.Violations))
+	for _, v := range e.Violations {
+		fmt.Fprintf(&b, "\n  %s: %s", v.Path, v.Reason)
+	}
+	return b.String()
+}
+
+// policyCheck refuses changes to protected paths, and always refuses
+// setuid/setgid bits and symlinks that point out of the tree.
+func policyCheck(diff []snapshot.Change, protect []string) []Violation {
+	var out []Violation
+	for _, c := range diff {
+		for _, g := range protect {
+			if globMatch(g, c.Path) {
+				out = append(out, Violation{Path: c.Path, Reason: "protected by --protect " + g})
+				break
+			}
+		}
+		e := c.New
+		if e == nil {
+			continue
+		}
+		if e.Mode&0o6000 != 0 && (e.Type == store.TypeFile || e.Type == store.TypeDir) && (c.Old == nil || c.Old.Mode&0o6000 != e.Mode&0o6000) {
+			out = append(out, Violation{Path: c.Path, Reason: fmt.Sprintf("sets the setuid/setgid bit (mode %04o)", e.Mode&0o7777)})
+		}
+		if e.Type == store.TypeSymlink && escapes(c.Path, e.Target) {
+			out = append(out, Violation{Path: c.Path, Reason: "symlink points out of the tree: " + strconv.Quote(e.Target)})
+		}
+	}
+	return out
+}
+
+// escapes reports whether a symlink at p (relative to the root) with
+// target leads outside the tree.
+func escapes(p, target string) bool {
+	if path.IsAbs(target) {
+		return true
+	}
+	j := path.Join(path.Dir(p), target)
+	return j == ".." || strings.HasPrefix(j, "../")
+}
+
+// globMatch matches a slash-separated path against a glob where `**`
+// matches any number of path elements and a glob without a slash matches
+// the base name at any depth.
+func globMatch(glob, p string) bool {
+	if !strings.Contains(glob, "/") {
+		ok, _ := path.Match(glob, path.Base(p))
+		return ok
+	}
+	return matchParts(strings.Split(glob, "/"), strings.Split(p, "/"))
+}
+
+func matchParts(g, p []string) bool {
+	for len(g) > 0 {
+		if g[0] == "**" {
+			for i := 0; i <= len(p); i++ {
+				if matchParts(g[1:], p[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(p) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(g[0], p[0]); !ok {
+			return false
+		}
+		g, p = g[1:], p[1:]
+	}
+	return len(p) == 0
+}
+
+// adoptRun registers a kept run as a workspace named name.
+func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source, dir, upper, work string, tmpfs bool) error {
+	wsdir := r.wsDir(name)
+	if err := mkdirs(0o700, filepath.Join(wsdir, "merged")); err != nil {
+		return err
+	}
+	if !tmpfs {
+		// A disk run moves into the workspace directory.
+		if err := os.Rename(upper, filepath.Join(wsdir, "upper")); err != nil {
+			return err
+		}
+		if err := os.Rename(work, filepath.Join(wsdir, "work")); err != nil {
+			return err
+		}
+		upper, work = filepath.Join(wsdir, "upper"), filepath.Join(wsdir, "work")
+		defer os.RemoveAll(dir)
+	}
+	_ = os.Remove(filepath.Join(dir, runStateFile))
+	x := wsExtra{Upper: upper, Work: work, Tmpfs: tmpfs, Source: source, Fork: base.String(), MountBase: base.String()}
+	extra, _ := json.Marshal(x)
+	branch := wsBranchPrefix + name
+	return r.update(ctx, func(tx *store.Tx) error {
+		if err := tx.SetRef(branch, store.ZeroID, base); err != nil {
+			return fmt.Errorf("branch %q: %w", branch, err)
+		}
+		x.Created = true
+		extra, _ = json.Marshal(x)
+		if err := tx.PutWorkspace(&store.Workspace{Name: name, Branch: branch, Base: base, Dir: wsdir, CreatedNs: time.Now().UnixNano(), Extra: extra}); err != nil {
+			return err
+		}
+		return tx.AppendOp(store.Op{Kind: "ws-create", Ref: branch, New: base, Detail: name + " (kept run)"})
+	})
+}
+
+// cleanRuns removes the directories of runs whose process is gone (a run
+// killed with SIGKILL): cheap enough to do at the start of every run.
+func (r *Repo) cleanRuns() {
+	for _, root := range []string{r.runsRoot(false), r.runsRoot(true)} {
+		ents, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			d := filepath.Join(root, e.Name())
+			if runAlive(d) {
+				continue
+			}
+			// A run whose state file is missing is either being set up
+			// right now or was killed before writing it: only old ones go.
+			if _, err := os.Stat(filepath.Join(d, runStateFile)); os.IsNotExist(err) {
+				var st unix.Stat_t
+				if unix.Lstat(d, &st) != nil || time.Since(time.Unix(st.Ctim.Unix())) < staleAfter {
+					continue
+				}
+			}
+			_ = nsexec.StopKeeper(context.Background(), d)
+			_ = removeAll(d)
+		}
+	}
+}
+
+// runAlive reports whether the run in dir still has its process.
+func runAlive(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, runStateFile))
+	if err != nil {
+		return false
+	}
+	var s runState
+	if json.Unmarshal(b, &s) != nil {
+		return false
+	}
+	_, start, err := procStart(s.PID)
+	return err == nil && start == s.Start
+}
+
+// liveRunBases lists the base commits of the runs in progress, for gc.
+func (r *Repo) liveRunBases() []store.ID {
+	var out []store.ID
+	for _, root := range []string{r.runsRoot(false), r.runsRoot(true)} {
+		ents, _ := os.ReadDir(root)
+		for _, e := range ents {
+			d := filepath.Join(root, e.Name())
+			b, err := os.ReadFile(filepath.Join(d, runStateFile))
+			if err != nil || !runAlive(d) {
+				continue
+			}
+			var s runState
+			if json.Unmarshal(b, &s) == nil {
+				if id, err := store.ParseID(s.Base); err == nil {
+					out = append(out, id)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func procSelfStart() (int, uint64, error) { return procStart(os.Getpid()) }
+
+// procStart reads a process's start time (clock ticks after boot), which
+// tells it from a later process reusing its pid.
+func procStart(pid int) (int, uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return pid, 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return pid, 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return pid, 0, errors.New("malformed stat")
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	return pid, v, err
+}
