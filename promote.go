@@ -260,6 +260,22 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyRe
 			}
 		}
 	}
+	// The target's .git is the user's own: a workspace's .git (imported,
+	// or the synthetic one of import --git) never overwrites it.
+	wr, err := st.NewWriter(ctx, "apply")
+	if err != nil {
+		return nil, err
+	}
+	defer wr.Abort()
+	if fromTree, err = withoutGitDir(ctx, st, wr, fromTree); err != nil {
+		return nil, err
+	}
+	if toTree, err = withoutGitDir(ctx, st, wr, toTree); err != nil {
+		return nil, err
+	}
+	if err := wr.Flush(); err != nil {
+		return nil, err
+	}
 	res, err := snapshot.ApplyTo(ctx, st, fromTree, toTree, dir, snapshot.ApplyToOptions{Force: force})
 	if errors.Is(err, snapshot.ErrRefused) && res != nil {
 		return nil, &ApplyRefusedError{Dir: dir, Refused: res.Refused, Forced: force}
@@ -321,3 +337,26 @@ func (e *ApplyRefusedError) Error() string {
 }
 
 func (e *ApplyRefusedError) Is(target error) bool { return target == ErrConflict }
+
+// withoutGitDir returns tree without its top-level .git entry (the same
+// tree when it has none).
+func withoutGitDir(ctx context.Context, st *store.Store, w *store.Writer, tree store.ID) (store.ID, error) {
+	if tree.IsZero() {
+		return tree, nil
+	}
+	var t *store.Tree
+	if err := st.View(ctx, func(tx *store.Tx) error {
+		var err error
+		t, err = tx.Tree(tree)
+		return err
+	}); err != nil {
+		return store.ZeroID, err
+	}
+	for i, e := range t.Entries {
+		if e.Name == ".git" {
+			t.Entries = append(t.Entries[:i:i], t.Entries[i+1:]...)
+			return w.PutTree(t)
+		}
+	}
+	return tree, nil
+}

@@ -217,6 +217,7 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	spec := nsexec.Spec{
 		Name: "run-" + res.ID, Dir: dir, Lowers: lowers, Upper: upper, Work: work,
 		Target: mountTarget(dir, base.Source), Features: feat, Volatile: !opts.Disk,
+		Binds: gitBinds(base.Source),
 	}
 	if spec.Target == filepath.Join(dir, "merged") {
 		_ = os.MkdirAll(spec.Target, 0o700)

@@ -429,6 +429,7 @@ func (r *Repo) spec(ctx context.Context, w *store.Workspace, x wsExtra) (nsexec.
 		Target:   mountTarget(w.Dir, x.Source),
 		Features: feat,
 		Volatile: x.Tmpfs,
+		Binds:    gitBinds(x.Source),
 	}, nil
 }
 
@@ -437,6 +438,7 @@ func (r *Repo) spec(ctx context.Context, w *store.Workspace, x wsExtra) (nsexec.
 // project (.venv scripts, shebangs, configs) keep working — when that is
 // an existing directory; otherwise at DIR/merged.
 func mountTarget(dir, source string) string {
+	source = sourceDir(source)
 	if source != "" && filepath.IsAbs(source) {
 		if fi, err := os.Stat(source); err == nil && fi.IsDir() {
 			return filepath.Clean(source)

@@ -298,3 +298,85 @@ func TestBatch(t *testing.T) {
 		t.Errorf("a re-run of a finished batch appended results")
 	}
 }
+
+// gitRepo makes a real git repository with history, branches, a .gitignore
+// and ignored dependency directories.
+func gitRepo(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "repo")
+	sh(t, "", fmt.Sprintf(`set -e
+mkdir -p %[1]q && cd %[1]q && git init -q -b main .
+git config user.email repo@example.invalid && git config user.name repo
+printf 'node_modules/\ndist/\n.venv/\n' > .gitignore
+mkdir -p src && printf 'a\nb\nc\n' > src/lib.txt && printf '#!/bin/sh\necho run\n' > run.sh && chmod 755 run.sh
+ln -s src/lib.txt link
+git add -A && git commit -qm one
+printf 'a\nb\nc\nd\n' > src/lib.txt && git commit -qam two
+git branch feature && git checkout -q feature && echo feat > feature.txt && git add feature.txt && git commit -qm feature && git checkout -q main
+mkdir -p node_modules/dep .venv/bin dist && echo 'module.exports = 1' > node_modules/dep/index.js
+echo 'home = /usr/bin' > .venv/pyvenv.cfg && echo built > dist/out.js
+echo 'uncommitted edit' >> src/lib.txt
+`, dir))
+	return dir
+}
+
+// TestGitWorkflow: import --git snapshots a commit (not the working copy's
+// edits) plus ignored dependency dirs; git works inside the workspace with
+// the repository's objects shared; export-git lands exactly the change as a
+// branch of the source repository, which is otherwise untouched.
+func TestGitWorkflow(t *testing.T) {
+	repo := gitRepo(t)
+	before := sh(t, repo, "git status --porcelain; git rev-parse HEAD; git branch")
+	h := newHome(t)
+	h.ok("import", "--git", repo)
+	h.ok("ws", "create", "w")
+	defer h.run("ws", "rm", "--force", "w")
+	if got := h.ok("exec", "w", "--", "cat", "src/lib.txt").stdout; got != "a\nb\nc\nd\n" {
+		t.Errorf("src/lib.txt = %q; want the committed version, not the working copy's edit", got)
+	}
+	h.ok("exec", "w", "--", "test", "-f", "node_modules/dep/index.js")
+	h.ok("exec", "w", "--", "test", "-f", ".venv/pyvenv.cfg")
+	h.ok("exec", "w", "--", "test", "!", "-e", "dist") // ignored, but not a dependency dir
+	if st := h.ok("exec", "w", "--", "git", "status", "--porcelain").stdout; st != "" {
+		t.Errorf("git status in a fresh workspace:\n%s", st)
+	}
+	h.ok("exec", "w", "--", "sh", "-ec", `echo e >> src/lib.txt && rm link && echo new > new.txt && chmod 644 run.sh
+git diff --stat | grep -q 'src/lib.txt' && git log --oneline | grep -q two
+git add -A && git -c user.name=agent -c user.email=a@example.invalid commit -qm 'agent work' && git log --oneline -1 | grep -q 'agent work'`)
+	h.ok("commit", "w", "-m", "agent work")
+	h.ok("export-git", "w", "--repo", repo, "--branch", "agent/w")
+	patch := sh(t, repo, "git log -p --format=%P agent/w -1")
+	for _, want := range []string{"+e", "deleted file mode 120000", "new file mode 100644", "old mode 100755", "+new"} {
+		if !strings.Contains(patch, want) {
+			t.Errorf("git log -p agent/w lacks %q:\n%s", want, patch)
+		}
+	}
+	for _, bad := range []string{"node_modules", ".git/", ".venv"} {
+		if strings.Contains(patch, bad) {
+			t.Errorf("git log -p agent/w includes %s:\n%s", bad, patch)
+		}
+	}
+	if parent := strings.TrimSpace(strings.SplitN(patch, "\n", 2)[0]); parent != strings.TrimSpace(sh(t, repo, "git rev-parse main")) {
+		t.Errorf("agent/w's parent is %s, not main", parent)
+	}
+	// The repository is untouched but for the new branch; an existing one
+	// is not overwritten without --force.
+	after := sh(t, repo, "git status --porcelain; git rev-parse HEAD; git branch")
+	if strings.Replace(after, "  agent/w\n", "", 1) != before {
+		t.Errorf("the source repository changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	h.fails(1, "export-git", "w", "--repo", repo, "--branch", "agent/w")
+	h.ok("export-git", "w", "--repo", repo, "--branch", "agent/w", "--force")
+
+	// Another revision: only its changed blobs are read.
+	var imp struct {
+		FilesRead int64 `json:"files_read"`
+	}
+	h.okJSON(&imp, "import", "--git", repo+"@feature", "-b", "feature")
+	if imp.FilesRead > 2 {
+		t.Errorf("import --git of another revision read %d blobs; want only the new ones", imp.FilesRead)
+	}
+	if got := h.ok("show", "feature:feature.txt").stdout; got != "feat\n" {
+		t.Errorf("feature:feature.txt = %q", got)
+	}
+}

@@ -41,6 +41,19 @@ type Spec struct {
 	// UserNS creates a user namespace even as real root, mapping root to
 	// itself: the rootless path, taken anyway when not real root.
 	UserNS bool `json:"userns,omitempty"`
+	// Binds are host directories made visible read-only inside, for
+	// example a git repository's objects that the workspace's .git uses as
+	// alternates while the overlay hides the repository's own path.
+	Binds []Bind `json:"binds,omitempty"`
+}
+
+// Bind is a read-only bind mount: the host directory Source appears at
+// Target inside the namespace. The source is captured (open_tree) before
+// the overlay is mounted, so it may lie beneath the target; a Target
+// under /tmp lands in the private /tmp.
+type Bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
 }
 
 // userNS reports whether the workspace's namespaces include a user

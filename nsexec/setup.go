@@ -26,6 +26,20 @@ func setupNamespace(c *childConfig) (warnings []string, err error) {
 		return nil, fmt.Errorf("make / private: %w", err)
 	}
 	target := filepath.Clean(c.Target)
+	// Capture the bind sources first: the overlay may hide them.
+	trees := make([]int, 0, len(c.Binds))
+	defer func() {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+	}()
+	for _, b := range c.Binds {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, b.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return nil, fmt.Errorf("bind %s: open_tree: %w", b.Source, err)
+		}
+		trees = append(trees, fd)
+	}
 	if err := overlayfs.Mount(target, c.Mount, methodFeatures(c.Method)); err != nil {
 		return nil, err
 	}
@@ -39,6 +53,17 @@ func setupNamespace(c *childConfig) (warnings []string, err error) {
 		return nil, err
 	} else if w != "" {
 		warnings = append(warnings, w)
+	}
+	for i, b := range c.Binds {
+		if err := os.MkdirAll(b.Target, 0o755); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", b.Target, err)
+		}
+		if err := unix.MountSetattr(trees[i], "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			return nil, fmt.Errorf("bind %s read-only: %w", b.Source, err)
+		}
+		if err := unix.MoveMount(trees[i], "", unix.AT_FDCWD, b.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return nil, fmt.Errorf("bind %s on %s: %w", b.Source, b.Target, err)
+		}
 	}
 	// A private /dev/shm: the host's holds the uppers of --tmpfs
 	// workspaces (and other programs' shared memory), which a sandboxed

@@ -24,7 +24,7 @@ import (
 // protoVersion numbers these formats. strata and strata-init from
 // different builds may disagree; a mismatch is refused with a message
 // instead of misread.
-const protoVersion = 2
+const protoVersion = 3
 
 // childConfig is what the parent writes to a child (keeper or one-shot
 // init) on its configuration pipe: what to mount where, computed by the
@@ -41,6 +41,8 @@ type childConfig struct {
 	// UserNS: the child runs in a user namespace of its own, holding that
 	// namespace's capabilities, which the commands it starts must not.
 	UserNS bool
+	// Binds are read-only bind mounts made inside (Spec.Binds).
+	Binds []Bind
 	// Command is the one-shot init's command (Run).
 	Command *wireCommand
 }
@@ -56,6 +58,7 @@ func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
 		Mount:   cfg,
 		Method:  spec.Features.Method(),
 		UserNS:  spec.userNS(),
+		Binds:   spec.Binds,
 		Command: cmd,
 	}
 }
@@ -249,6 +252,11 @@ func (e *encoder) config(c *childConfig) {
 	e.bool(m.Volatile)
 	e.uint(uint64(c.Method))
 	e.bool(c.UserNS)
+	e.uint(uint64(len(c.Binds)))
+	for _, b := range c.Binds {
+		e.str(b.Source)
+		e.str(b.Target)
+	}
 	e.command(c.Command)
 }
 
@@ -268,6 +276,14 @@ func (d *decoder) config() (*childConfig, error) {
 	c.Mount.Volatile = d.bool()
 	c.Method = overlayfs.Method(d.uint())
 	c.UserNS = d.bool()
+	if n := d.uint(); d.err == nil {
+		if n > 1024 {
+			return nil, fmt.Errorf("nsexec: %d bind mounts: malformed configuration", n)
+		}
+		for i := uint64(0); i < n; i++ {
+			c.Binds = append(c.Binds, Bind{Source: d.str(), Target: d.str()})
+		}
+	}
 	c.Command = d.command()
 	return c, d.err
 }

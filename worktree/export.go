@@ -96,6 +96,7 @@ func exportGit(ctx context.Context, s *store.Store, baseTree, tree store.ID, par
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
 	author, err := r.author(opts.Author)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -279,4 +280,55 @@ func useRealObjects(t testing.TB, d, gitDir string) {
 	if err := os.WriteFile(alt, []byte(objects+"\n"+string(b[len(want):])), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runAsUser runs the tests matching pattern in a copy of this test binary
+// as the unprivileged user strata-test (uid 1000 if there is none), when
+// we are root. It reports whether it ran them (false: not root).
+func runAsUser(t *testing.T, pattern string) bool {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return false
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testutil.Skip(t, "running as root and setpriv(1) is missing: cannot drop privileges")
+		return true
+	}
+	uid, gid := "1000", "1000"
+	if u, err := user.Lookup("strata-test"); err == nil {
+		uid, gid = u.Uid, u.Gid
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp("", "worktree-asuser-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(tmp, "worktree.test")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, "--reuid="+uid, "--regid="+gid, "--clear-groups", "--",
+		bin, "-test.run", pattern, "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as uid %s: %v\n%s", uid, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS") || strings.Contains(string(out), "--- SKIP") {
+		t.Fatalf("as uid %s: tests did not all run:\n%s", uid, out)
+	}
+	t.Logf("as uid %s:\n%s", uid, out)
+	return true
 }

@@ -226,8 +226,8 @@ type ignoreScope struct {
 	ignored  bool
 }
 
-// child returns the scope of the subdirectory name at elems (the child's
-// path elements), given the child's own .gitignore patterns (may be nil).
+// ignores reports whether the entry at elems (path elements from the
+// top) is ignored in this scope.
 func (sc ignoreScope) ignores(elems []string, isDir bool) bool {
 	return sc.ignored || gitignore.NewMatcher(sc.patterns).Match(elems, isDir)
 }

@@ -10,11 +10,16 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-git/go-billy/v5"
+	"github.com/go-git/go-billy/v5/osfs"
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	format "github.com/go-git/go-git/v5/plumbing/format/config"
 	"github.com/go-git/go-git/v5/plumbing/hash"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 )
 
 // alternatesRoot is the directory under which strata's keeper bind-mounts
@@ -83,11 +88,12 @@ func commonDir(gitDir string) (string, error) {
 
 // gitRepo is an opened source repository.
 type gitRepo struct {
-	repo   *gogit.Repository
-	top    string // the working copy's top level; "" for a bare repository
-	gitDir string // absolute, symlinks resolved
-	common string // the common git directory (gitDir unless a linked worktree)
-	local  *config.Config
+	repo    *gogit.Repository
+	storage *filesystem.Storage
+	top     string // the working copy's top level; "" for a bare repository
+	gitDir  string // absolute, symlinks resolved
+	common  string // the common git directory (gitDir unless a linked worktree)
+	local   *config.Config
 }
 
 // openRepo finds the repository that contains dir (dir itself or a parent:
@@ -136,11 +142,17 @@ func openRepo(dir string) (*gitRepo, error) {
 	if open == "" {
 		open = r.gitDir
 	}
-	r.repo, err = gogit.PlainOpenWithOptions(open, &gogit.PlainOpenOptions{EnableDotGitCommonDir: true})
-	if err != nil {
+	r.storage = r.newStorage()
+	var wt billy.Filesystem
+	if r.top != "" {
+		wt = osfs.New(r.top)
+	}
+	if r.repo, err = gogit.Open(r.storage, wt); err != nil {
+		r.storage.Close()
 		return nil, fmt.Errorf("open repository %s: %w", open, err)
 	}
 	if r.local, err = r.repo.Config(); err != nil {
+		r.storage.Close()
 		return nil, fmt.Errorf("repository %s: config: %w", open, err)
 	}
 	// go-git reads one object format per build (SHA-1 unless built with
@@ -150,9 +162,33 @@ func openRepo(dir string) (*gitRepo, error) {
 		want = format.SHA256
 	}
 	if f := r.local.Extensions.ObjectFormat; f != "" && f != want {
+		r.storage.Close()
 		return nil, fmt.Errorf("repository %s uses object format %s; this strata reads %s only", open, f, want)
 	}
 	return r, nil
+}
+
+// newStorage opens go-git's storage of the repository, as PlainOpen does
+// (a linked worktree's git directory over its common directory) but
+// keeping pack files open: by default go-git opens and closes the pack
+// for every object it reads. Absolute alternates resolve from "/". The
+// storage is not safe for concurrent use; Close it.
+func (r *gitRepo) newStorage() *filesystem.Storage {
+	var fs billy.Filesystem = osfs.New(r.gitDir)
+	if r.common != r.gitDir {
+		fs = dotgit.NewRepositoryFilesystem(fs, osfs.New(r.common))
+	}
+	return filesystem.NewStorageWithOptions(fs, cache.NewObjectLRUDefault(), filesystem.Options{
+		KeepDescriptors: true,
+		AlternatesFS:    osfs.New("/"),
+	})
+}
+
+// close releases the repository's open files.
+func (r *gitRepo) close() {
+	if r.storage != nil {
+		r.storage.Close()
+	}
 }
 
 // readGitFile parses a ".git" file ("gitdir: PATH", relative to the file).

@@ -1,6 +1,7 @@
 package worktree
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +13,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
@@ -180,6 +182,7 @@ func snapshotRepo(ctx context.Context, s *store.Store, w *store.Writer, repoArg 
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
 	objects, err := ObjectsDir(r.gitDir)
 	if err != nil {
 		return nil, err
@@ -313,7 +316,7 @@ func (sn *snapshotter) readBlobs() error {
 	for h := range sn.files {
 		hashes = append(hashes, h)
 	}
-	sort.Slice(hashes, func(i, j int) bool { return hashes[i].String() < hashes[j].String() })
+	sort.Slice(hashes, func(i, j int) bool { return bytes.Compare(hashes[i][:], hashes[j][:]) < 0 })
 
 	var cands []plumbing.Hash
 	var ids []store.ID
@@ -385,11 +388,18 @@ func (sn *snapshotter) setContent(h plumbing.Hash, id store.ID, size int64) {
 }
 
 // blobWorkers returns how many goroutines read n blobs from git: each opens
-// its own go-git repository (go-git's object storage is not safe for
+// its own go-git storage (go-git's object storage is not safe for
 // concurrent use), which costs more than reading a few blobs.
 func blobWorkers(n int) int {
+	if blobWorkersOverride > 0 {
+		return blobWorkersOverride
+	}
 	return max(1, min(runtime.GOMAXPROCS(0), n/64))
 }
+
+// blobWorkersOverride fixes the number of blob readers when positive; for
+// measurements.
+var blobWorkersOverride = 0
 
 // readMisses reads blobs from git on several goroutines and stores them.
 func (sn *snapshotter) readMisses(misses []plumbing.Hash, doneBytes, total int64) (map[string]store.StatEntry, error) {
@@ -401,27 +411,21 @@ func (sn *snapshotter) readMisses(misses []plumbing.Hash, doneBytes, total int64
 		errOnce  sync.Once
 		firstErr error
 		done     atomic.Int64
-		bytes    atomic.Int64
+		nbytes   atomic.Int64
 		progMu   sync.Mutex
 	)
-	bytes.Store(doneBytes)
+	nbytes.Store(doneBytes)
 	done.Store(total - int64(len(misses)))
 	fail := func(err error) { errOnce.Do(func() { firstErr = err; cancel() }) }
 	jobs := make(chan plumbing.Hash)
 	var wg sync.WaitGroup
 	workers := blobWorkers(len(misses))
 	for i := 0; i < workers; i++ {
-		repo := sn.r.repo
+		var objs storer.EncodedObjectStorer = sn.r.storage
 		if i > 0 {
-			open := sn.r.top
-			if open == "" {
-				open = sn.r.gitDir
-			}
-			var err error
-			repo, err = gogit.PlainOpenWithOptions(open, &gogit.PlainOpenOptions{EnableDotGitCommonDir: true})
-			if err != nil {
-				return nil, fmt.Errorf("open repository %s: %w", open, err)
-			}
+			st := sn.r.newStorage()
+			defer st.Close()
+			objs = st
 		}
 		wg.Add(1)
 		go func() {
@@ -431,7 +435,7 @@ func (sn *snapshotter) readMisses(misses []plumbing.Hash, doneBytes, total int64
 				if ctx.Err() != nil {
 					continue
 				}
-				id, size, err := sn.storeBlob(repo, h, buf)
+				id, size, err := sn.storeBlob(objs, h, buf)
 				if err != nil {
 					fail(err)
 					continue
@@ -440,7 +444,7 @@ func (sn *snapshotter) readMisses(misses []plumbing.Hash, doneBytes, total int64
 				out[h.String()] = store.StatEntry{Size: size, Content: id}
 				sn.setContent(h, id, size)
 				mu.Unlock()
-				d, b := done.Add(1), bytes.Add(size)
+				d, b := done.Add(1), nbytes.Add(size)
 				if sn.opts.Progress != nil && (d%256 == 0) {
 					progMu.Lock()
 					sn.progress(snapshot.Progress{Phase: snapshot.PhaseRead, Entries: d, EntriesTotal: total, Bytes: b})
@@ -463,13 +467,13 @@ func (sn *snapshotter) readMisses(misses []plumbing.Hash, doneBytes, total int64
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	sn.progress(snapshot.Progress{Phase: snapshot.PhaseRead, Entries: total, EntriesTotal: total, Bytes: bytes.Load()})
+	sn.progress(snapshot.Progress{Phase: snapshot.PhaseRead, Entries: total, EntriesTotal: total, Bytes: nbytes.Load()})
 	return out, nil
 }
 
 // storeBlob reads the blob h from repo and writes it through the Writer.
-func (sn *snapshotter) storeBlob(repo *gogit.Repository, h plumbing.Hash, buf []byte) (store.ID, int64, error) {
-	obj, err := repo.Storer.EncodedObject(plumbing.BlobObject, h)
+func (sn *snapshotter) storeBlob(objs storer.EncodedObjectStorer, h plumbing.Hash, buf []byte) (store.ID, int64, error) {
+	obj, err := objs.EncodedObject(plumbing.BlobObject, h)
 	if err != nil {
 		return store.ZeroID, 0, fmt.Errorf("blob %s (%s): %w", h, sn.pathOf(h), err)
 	}
@@ -609,11 +613,11 @@ func splitElems(rel string) []string {
 // over imported ones at the same path.
 func (sn *snapshotter) graft(dir, kid *tnode, name, p string) error {
 	abs := filepath.Join(sn.r.top, filepath.FromSlash(p))
-	var st syscall.Stat_t
-	if err := syscall.Lstat(abs, &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(abs, &st); err != nil {
 		return fmt.Errorf("ignored directory %s: %w", p, &os.PathError{Op: "lstat", Path: abs, Err: err})
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return nil // replaced since it was listed
 	}
 	res, err := snapshot.Import(sn.ctx, sn.s, sn.w, abs, snapshot.ImportOptions{

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/snapshot/snapshottest"
@@ -167,7 +166,9 @@ func TestSnapshotBlobCache(t *testing.T) {
 		}
 	}
 
+	blobWorkersOverride = 3 // several readers even for a few blobs
 	first := snap(t, s, r.dir, SnapshotOptions{})
+	blobWorkersOverride = 0
 	if first.BlobsRead != int64(len(head))+1 || first.BlobsCached != 0 {
 		t.Errorf("first: read %d, cached %d; want %d, 0", first.BlobsRead, first.BlobsCached, len(head)+1)
 	}
@@ -423,4 +424,33 @@ func TestSelector(t *testing.T) {
 	}
 }
 
-var _ = time.Second
+// TestSnapshotSharedClone: a repository whose objects are in another
+// repository (git clone --shared: objects/info/alternates) is read through
+// its alternates, and the synthetic .git lists them after the source's own.
+func TestSnapshotSharedClone(t *testing.T) {
+	r := newTestRepo(t)
+	clone := filepath.Join(t.TempDir(), "clone")
+	git(t, filepath.Dir(clone), "clone", "-q", "--shared", r.dir, clone)
+	s := openStore(t)
+	res := snap(t, s, clone, SnapshotOptions{})
+	if res.Rev != r.c4 || res.BlobsRead == 0 {
+		t.Errorf("Rev %s, blobs read %d", res.Rev, res.BlobsRead)
+	}
+	d := materialize(t, s, res.Tree)
+	alt, err := os.ReadFile(filepath.Join(d, ".git/objects/info/alternates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, err := ObjectsDir(res.GitDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := AlternatesPath(objects) + "\n" + filepath.Join(r.dir, ".git/objects") + "\n"; string(alt) != want {
+		t.Errorf("alternates = %q, want %q", alt, want)
+	}
+	useRealObjects(t, d, res.GitDir)
+	if out := git(t, d, "status", "--porcelain"); out != "" {
+		t.Errorf("git status:\n%s", out)
+	}
+	git(t, d, "fsck", "--connectivity-only", "--no-progress")
+}

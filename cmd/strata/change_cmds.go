@@ -178,6 +178,33 @@ func changeCommands(e *env) []*cli.Command {
 				return nil
 			},
 		},
+		{
+			Name:      "export-git",
+			Usage:     "the change base..REF as a git commit on a new branch of the repository it was imported from",
+			ArgsUsage: "REF|NAME",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "repo", Usage: "the git repository (default: the one REF's base was imported from)"},
+				&cli.StringFlag{Name: "branch", Usage: "the new branch (required)"},
+				&cli.BoolFlag{Name: "force", Usage: "overwrite an existing branch (never one that is checked out)"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 || c.String("branch") == "" {
+					return usagef("export-git needs REF and --branch NAME")
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				res, err := r.ExportGit(c.Context, c.Args().First(), c.String("repo"), c.String("branch"), c.Bool("force"))
+				if err != nil {
+					return err
+				}
+				return e.out(res, func(w io.Writer) {
+					fmt.Fprintf(w, "branch %s of %s: commit %s on %s (%d paths)\n", res.Branch, res.Repo, res.Commit[:12], res.Parent[:12], res.Files)
+				})
+			},
+		},
 	}
 }
 

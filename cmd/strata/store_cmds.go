@@ -47,10 +47,18 @@ func storeCommands(e *env) []*cli.Command {
 				&cli.StringSliceFlag{Name: "exclude", Usage: "skip paths matching GLOB (repeatable; see README)"},
 				&cli.BoolFlag{Name: "skip-unreadable", Usage: "skip files and directories that cannot be read, with a warning, instead of failing"},
 				&cli.BoolFlag{Name: "no-stat-cache", Usage: "read every file even if unchanged since the last import"},
+				&cli.StringFlag{Name: "git", Usage: "import a git commit instead: REPO[@REV] (tracked files, a working .git, ignored dependency dirs)"},
+				&cli.StringSliceFlag{Name: "with-ignored", Usage: "with --git: auto (node_modules, .venv, target, ...), none, or GLOB (repeatable)"},
 			},
 			Action: func(c *cli.Context) error {
+				if repo := c.String("git"); repo != "" {
+					if c.NArg() != 0 {
+						return usagef("import --git REPO[@REV] takes no DIR")
+					}
+					return e.importGit(c, repo)
+				}
 				if c.NArg() != 1 {
-					return usagef("import needs exactly one DIR")
+					return usagef("import needs exactly one DIR (or --git REPO[@REV])")
 				}
 				r, err := e.open(strata.OpenOptions{Create: true})
 				if err != nil {
@@ -442,4 +450,29 @@ func ibytes(n int64) string {
 func readOnlyFS(home string) bool {
 	err := unix.Access(home, unix.W_OK)
 	return errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES)
+}
+
+func (e *env) importGit(c *cli.Context, repo string) error {
+	r, err := e.open(strata.OpenOptions{Create: true})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	p := e.progress()
+	res, err := r.ImportGit(c.Context, repo, strata.GitImportOptions{
+		Branch: c.String("branch"), Message: c.String("message"), WithIgnored: c.StringSlice("with-ignored"),
+		Warn: e.warn, Progress: p.snapshot,
+	})
+	p.done()
+	if err != nil {
+		return err
+	}
+	return e.out(res, func(w io.Writer) {
+		fmt.Fprintf(w, "imported git %s -> %s %s (%d files, %d dirs, %d other, %s)\n",
+			res.Source, res.Branch, res.Commit.Short(), res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes))
+		if !e.quiet {
+			fmt.Fprintf(w, "  read %d blobs, %d from the blob cache; stored %d new objects (%s) in %s\n",
+				res.FilesRead, res.CacheHits, res.NewObjects, ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Millisecond))
+		}
+	})
 }
