@@ -38,12 +38,13 @@ if command -v git >/dev/null; then
     git -C "$proj" -c user.email=demo@example.invalid -c user.name=demo commit -qm "first" && echo "(with a .git)"
 fi
 
+note "the stat cache distrusts files changed in the last 3 s (the racy-git rule): let the new files settle"
+sleep 3
 step init
 step import "$proj" -m "first snapshot"
 
-note "the stat cache distrusts files changed in the last 3 s (racy-git rule); wait, edit one file, re-import:"
-sleep 3
-echo 'greet() { echo "hi, $1"; }' >>"$proj/src/greet.sh"
+note "edit one file and re-import: only that file is read"
+echo '# greet prints a greeting' >>"$proj/src/greet.sh"
 step import "$proj" -m "second snapshot"
 step log
 step show main
@@ -56,8 +57,37 @@ note "the export is the project, byte for byte and in metadata:"
 diff -r --no-dereference "$proj" "$work/export" && echo "diff -r: identical"
 stat -c '%A %h %n' "$work/export/node_modules/left-pad/index.js" "$work/export/node_modules/left-pad/hardlink.js"
 
-step branch create experiment --from main~1
-step branch
+note "workspaces: each agent gets its own writable copy, at the project's own path, in milliseconds"
+step ws create agent1
+step ws create agent2
+step exec agent1 -- sh -c 'pwd; ./test/run.sh'
+step exec agent1 -- sh -c 'sed -i "s/hello, /hello there, /" src/greet.sh test/run.sh && rm node_modules/left-pad/hardlink.js && echo notes > NOTES.md && ./test/run.sh'
+step exec agent2 -- sh -c 'cat NOTES.md 2>/dev/null || echo "agent2 sees none of agent1s changes"'
+note "the source project is untouched:"
+ls "$proj"
+step diff agent1 --stat
+step diff agent1 --patch
+step commit agent1 -m "agent1: friendlier greeting"
+step promote agent1
+step log -n 3
+
+note "the sandbox: the agent can work in its workspace, and nothing else"
+step exec agent2 --env "REAL_HOME=$HOME" -- sh -c 'ls "$REAL_HOME" 2>&1 | head -1; touch /usr/local/planted 2>&1; unshare -U true 2>&1 | head -1; echo "exit codes pass through"; exit 3' || echo "(exit $?)"
+note "one-shot runs: fork, patch, test, discard — the shape of a SWE-bench evaluation"
+cat >"$work/fix.diff" <<'PATCH'
+--- a/src/greet.sh
++++ b/src/greet.sh
+@@ -1,2 +1,2 @@
+ #!/bin/sh
+-greet() { echo "hello, $1"; }
++greet() { echo "hello, $1"; }  # reviewed
+PATCH
+step run --from main~2 --patch "$work/fix.diff" --timeout 30s -- ./test/run.sh
+step --json run --commit passed/fix --from main~2 --patch "$work/fix.diff" -- ./test/run.sh
+step log passed/fix -n 1
+
+step ws list
+step ws rm --force agent1 agent2
 step gc
 step fsck
 step doctor || true
