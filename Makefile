@@ -23,7 +23,9 @@ CORPUS_BUILD ?= $(firstword $(wildcard $(CURDIR)/../shared/corpus/build.sh) $(CU
 STRATA_TEST_USER ?= $(shell id -u strata-test >/dev/null 2>&1 && echo strata-test || echo nobody)
 FUZZTIME ?= 3s
 LONGFUZZTIME ?= 2m
-GOFLAGS_BUILD := -trimpath
+# urfave_cli_no_docs drops the man-page generator (and its markdown parser's
+# package init, ~0.5 ms of every strata call).
+GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
 
 export STRATA_CORPUS
 

@@ -2,11 +2,17 @@ package strata
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/nsexec"
@@ -64,7 +70,7 @@ func (r *Repo) Exec(ctx context.Context, name string, opts ExecOptions) (ExitSta
 	if err != nil {
 		return ExitStatus{}, err
 	}
-	cmd, err := buildCommand(k.Target, opts)
+	cmd, err := r.buildCommand(k.Target, opts)
 	if err != nil {
 		return ExitStatus{}, err
 	}
@@ -73,7 +79,7 @@ func (r *Repo) Exec(ctx context.Context, name string, opts ExecOptions) (ExitSta
 
 // buildCommand turns options into the nsexec command for a workspace whose
 // merged view is at target inside its namespace.
-func buildCommand(target string, opts ExecOptions) (nsexec.Command, error) {
+func (r *Repo) buildCommand(target string, opts ExecOptions) (nsexec.Command, error) {
 	if len(opts.Argv) == 0 {
 		return nsexec.Command{}, fmt.Errorf("no command given")
 	}
@@ -94,7 +100,7 @@ func buildCommand(target string, opts ExecOptions) (nsexec.Command, error) {
 		Dir:  filepath.Clean(cwd),
 		TTY:  opts.TTY,
 	}
-	if err := applySandbox(&cmd, target, opts.Sandbox); err != nil {
+	if err := r.applySandbox(&cmd, target, opts.Sandbox); err != nil {
 		return nsexec.Command{}, err
 	}
 	return cmd, nil
@@ -102,7 +108,7 @@ func buildCommand(target string, opts ExecOptions) (nsexec.Command, error) {
 
 // applySandbox plans the Landlock and seccomp policies of a sandbox mode
 // for this kernel and adds them to cmd.
-func applySandbox(cmd *nsexec.Command, target string, o SandboxOptions) error {
+func (r *Repo) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions) error {
 	mode := o.Mode
 	if mode == "" {
 		mode = SandboxAgent
@@ -165,12 +171,91 @@ func applySandbox(cmd *nsexec.Command, target string, o SandboxOptions) error {
 	if err != nil {
 		return err
 	}
-	progs, err := seccomp.Compile(f)
+	progs, err := r.compileSeccomp(f)
 	if err != nil {
 		return err
 	}
 	cmd.Seccomp = progs
 	return nil
+}
+
+// compileSeccomp compiles a filter to BPF, through a cache in the store
+// directory: libseccomp's compile costs about a millisecond, which every
+// sandboxed exec would pay (the sandbox's target is to add under 1 ms). The
+// key covers the plan and libseccomp's version, which decide the program.
+func (r *Repo) compileSeccomp(f *seccomp.Filter) ([][]unix.SockFilter, error) {
+	plan, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	_, lib := seccomp.Available()
+	sum := sha256.Sum256(append(append(plan, 0), lib...))
+	file := filepath.Join(r.home, "cache", "seccomp-"+hex.EncodeToString(sum[:12])+".bpf")
+	if b, err := os.ReadFile(file); err == nil {
+		if progs, ok := decodeBPF(b); ok {
+			return progs, nil
+		}
+	}
+	progs, err := seccomp.Compile(f)
+	if err != nil {
+		return nil, err
+	}
+	// A cache that cannot be written (a read-only store) only costs time.
+	if os.MkdirAll(filepath.Dir(file), 0o700) == nil {
+		if tmp, err := os.CreateTemp(filepath.Dir(file), ".bpf-"); err == nil {
+			_, werr := tmp.Write(encodeBPF(progs))
+			if tmp.Close() == nil && werr == nil {
+				_ = os.Rename(tmp.Name(), file)
+			}
+			_ = os.Remove(tmp.Name())
+		}
+	}
+	return progs, nil
+}
+
+// encodeBPF lays out programs as: count, then per program its length and
+// its instructions (code u16, jt u8, jf u8, k u32), little endian.
+func encodeBPF(progs [][]unix.SockFilter) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(progs)))
+	for _, p := range progs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
+		for _, in := range p {
+			b = binary.LittleEndian.AppendUint16(b, in.Code)
+			b = append(b, in.Jt, in.Jf)
+			b = binary.LittleEndian.AppendUint32(b, in.K)
+		}
+	}
+	return b
+}
+
+func decodeBPF(b []byte) ([][]unix.SockFilter, bool) {
+	if len(b) < 4 {
+		return nil, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if n == 0 || n > 16 {
+		return nil, false
+	}
+	progs := make([][]unix.SockFilter, 0, n)
+	for i := uint32(0); i < n; i++ {
+		if len(b) < 4 {
+			return nil, false
+		}
+		m := binary.LittleEndian.Uint32(b)
+		b = b[4:]
+		// BPF_MAXINSNS is 4096 (include/uapi/linux/bpf_common.h).
+		if m == 0 || m > 4096 || uint64(len(b)) < uint64(m)*8 {
+			return nil, false
+		}
+		p := make([]unix.SockFilter, m)
+		for j := range p {
+			p[j] = unix.SockFilter{Code: binary.LittleEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.LittleEndian.Uint32(b[4:])}
+			b = b[8:]
+		}
+		progs = append(progs, p)
+	}
+	return progs, len(b) == 0
 }
 
 // mergeEnv overlays extra K=V pairs on base.

@@ -222,7 +222,7 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	if spec.Target == filepath.Join(dir, "merged") {
 		_ = os.MkdirAll(spec.Target, 0o700)
 	}
-	cmd, err := buildCommand(spec.Target, ExecOptions{Argv: opts.Argv, Env: opts.Env, Cwd: opts.Cwd, Sandbox: opts.Sandbox})
+	cmd, err := r.buildCommand(spec.Target, ExecOptions{Argv: opts.Argv, Env: opts.Env, Cwd: opts.Cwd, Sandbox: opts.Sandbox})
 	if err != nil {
 		unlock()
 		return nil, err

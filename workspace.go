@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -89,15 +88,22 @@ func (x wsExtra) mountBase(w *store.Workspace) store.ID {
 	return w.Base
 }
 
-var wsNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 // ValidateWorkspaceName checks a workspace name: 1-64 letters, digits, '.',
 // '_' or '-', not starting with a punctuation character.
 func ValidateWorkspaceName(name string) error {
-	if !wsNameRE.MatchString(name) || strings.HasSuffix(name, ".lock") || strings.Contains(name, "..") {
+	ok := len(name) >= 1 && len(name) <= 64 && isAlnum(name[0])
+	for i := 1; ok && i < len(name); i++ {
+		c := name[i]
+		ok = isAlnum(c) || c == '.' || c == '_' || c == '-'
+	}
+	if !ok || strings.HasSuffix(name, ".lock") || strings.Contains(name, "..") {
 		return fmt.Errorf("workspace name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit: %w", name, ErrInvalidName)
 	}
 	return nil
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 func (r *Repo) wsDir(name string) string { return filepath.Join(r.home, workspacesDir, name) }
