@@ -40,7 +40,7 @@ func TestMergeEnv(t *testing.T) {
 
 func TestSandboxEnv(t *testing.T) {
 	got := sandboxEnv([]string{"PATH=/bin", "HOME=/home/u", "TMPDIR=/home/u/tmp", "XDG_CONFIG_HOME=/home/u/.config", "LANG=C"})
-	want := []string{"PATH=/bin", "LANG=C", "HOME=/tmp", "TMPDIR=/tmp"}
+	want := append([]string{"PATH=/bin", "LANG=C", "HOME=/tmp", "TMPDIR=/tmp"}, quietTools...)
 	if !slices.Equal(got, want) {
 		t.Errorf("sandboxEnv = %q; want %q", got, want)
 	}

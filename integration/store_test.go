@@ -297,10 +297,26 @@ func TestDamagedDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Flip bytes in the middle of the last quarter, where object data lives.
-	off := len(b) * 3 / 4
-	for i := 0; i < 64; i++ {
-		b[off+i] ^= 0xa5
+	// Damage the stored content of big.bin: its random bytes are kept
+	// uncompressed, so a window of them can be found in the file. (Flipping
+	// bytes at a fixed offset could land on a free page and go unnoticed.)
+	big, err := os.ReadFile(filepath.Join(src, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := 0
+	for i := 0; i+32 <= len(big) && hits < 4; i += 64 << 10 {
+		off := bytes.Index(b, big[i:i+32])
+		if off < 0 {
+			continue
+		}
+		for j := 0; j < 32; j++ {
+			b[off+j] ^= 0xa5
+		}
+		hits++
+	}
+	if hits == 0 {
+		t.Fatal("no window of big.bin found in strata.db; cannot damage object data")
 	}
 	if err := os.WriteFile(db, b, 0o644); err != nil {
 		t.Fatal(err)
