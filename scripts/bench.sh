@@ -36,6 +36,7 @@ if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then rev="$rev + un
 cmd="make bench"
 [ "${BENCH_QUICK:-}" = 1 ] && cmd="BENCH_QUICK=1 $cmd"
 [ -n "${BENCH_ONLY:-}" ] && cmd="BENCH_ONLY=$BENCH_ONLY $cmd"
+[ -n "${BENCH_DOC:-}" ] && cmd="BENCH_DOC=$BENCH_DOC $cmd"
 export BENCH_REV="${BENCH_REV:-$rev}" BENCH_COMMAND="${BENCH_COMMAND:-$cmd}"
 export STRATA_CORPUS=${STRATA_CORPUS:-/var/tmp/strata-cache/corpus}
 "$tmp/bench" -strata "$tmp/strata"

@@ -95,6 +95,10 @@ func (e *cmdError) Unwrap() error { return e.err }
 // reading its output afterwards are not.
 func (b *Bench) run(dir string, env []string, argv ...string) (string, time.Duration, error) {
 	cmd := exec.CommandContext(b.ctx, argv[0], argv[1:]...)
+	// On an interrupt, let the command clean up after itself (strata
+	// removes what a half-made workspace left) before it is killed.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Dir = dir
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
@@ -114,12 +118,6 @@ func (b *Bench) run(dir string, env []string, argv ...string) (string, time.Dura
 func (b *Bench) must(dir string, argv ...string) (string, error) {
 	out, _, err := b.run(dir, nil, argv...)
 	return out, err
-}
-
-// sh runs a shell script (untimed setup or cleanup).
-func (b *Bench) sh(dir, script string) error {
-	_, _, err := b.run(dir, nil, "/bin/sh", "-ec", script)
-	return err
 }
 
 // st runs strata --home HOME args... and returns its stdout and duration.

@@ -81,12 +81,12 @@ func (t genTree) ensure(cache string, logf func(string, ...any)) (string, error)
 		return dst, nil
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", err
+		return "", fmt.Errorf("%w (set BENCH_CACHE to a writable directory)", err)
 	}
 	logf("generating %s (%d files) in %s (once; cached)", t.description, t.files, dst)
 	tmp, err := os.MkdirTemp(cache, ".tmp-"+t.name+"-")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w (set BENCH_CACHE to a writable directory)", err)
 	}
 	defer os.RemoveAll(tmp)
 	rng := rand.New(rand.NewPCG(uint64(t.files), 0x5eed))

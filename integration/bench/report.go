@@ -72,6 +72,8 @@ func (m Measure) stat(stat string) float64 {
 		return m.Mean
 	case "sum":
 		return m.Sum
+	case "first":
+		return m.First
 	case "min":
 		return m.Min
 	case "max":

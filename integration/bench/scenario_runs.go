@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,18 +13,17 @@ import (
 // ─── EXTENSION POINT: issue "runs" ──────────────────────────────────────
 //
 // The harness-runner job: fork the base, apply a patch, run the tests,
-// record, discard — many times, in parallel. `strata run`, `strata batch`
-// and `strata import --git` do not exist yet; each part below checks for
-// its command (`strata run --help`, `strata import --help` mentioning
-// --git) and records a skip with a note until it does, so the scenario
-// lights up by itself when they land. To extend it:
+// record, discard — many times, in parallel. Each part below checks for
+// its command (`strata run --help`, `strata batch --help`, `strata import
+// --help` mentioning --git) and records a skip with a note while it is
+// missing, so the scenario lit up by itself when the commands landed. To
+// extend it:
 //
 //   - the CLI contract is ../shared/CLI.md (`run [--from REF] [--patch
-//     FILE] [--tmpfs] … -- CMD`); adjust runArgv if the flags differ;
-//   - `strata batch FILE.jsonl --parallel N` is the other way to reach
-//     parallelism; measure it beside the N concurrent `strata run`
-//     processes below once its JSON line format is settled;
-//   - rows go in reportRuns; keys are "<what>/p<N>".
+//     FILE] [--tmpfs] … -- CMD`, `batch FILE.jsonl --parallel N`); adjust
+//     runArgv / batchJob if the flags or the job format change;
+//   - rows go in reportRuns; keys are "<what>/p<N>" for a job's latency
+//     and "<what>-wall/p<N>" for the wall time of all jobs at one level.
 
 // runsParallel are the parallelism levels measured.
 var runsParallel = []int{1, 2, 4}
@@ -47,6 +47,7 @@ func (b *Bench) runArgv(patch string) []string {
 
 func runRuns(b *Bench) error {
 	haveRun := runAsOK(b.strata, "--home", b.home, "run", "--help")
+	haveBatch := runAsOK(b.strata, "--home", b.home, "batch", "--help")
 	importHelp, _, _ := b.run("", nil, b.strata, "import", "--help")
 	haveGitImport := strings.Contains(importHelp, "--git")
 	if !haveRun {
@@ -55,7 +56,10 @@ func runRuns(b *Bench) error {
 	if !haveGitImport {
 		b.skip("runs", "import-git", "`strata import --help` has no --git yet")
 	}
-	if !haveRun && !haveGitImport {
+	if !haveBatch {
+		b.skip("runs", "strata-batch", "`strata batch --help` fails: `strata batch` does not exist yet")
+	}
+	if !haveRun && !haveBatch && !haveGitImport {
 		return nil
 	}
 	if err := b.ensureCorpus(); err != nil {
@@ -119,6 +123,13 @@ func runRuns(b *Bench) error {
 			b.record("runs", fmt.Sprintf("worktree-wall/p%d", par), unitNS, []float64{float64(wall)}, "")
 		}
 	}
+	if haveBatch {
+		for _, par := range runsParallel {
+			if err := b.runBatch(par, patch); err != nil {
+				return err
+			}
+		}
+	}
 	if haveGitImport {
 		var imp, wt []time.Duration
 		for i := 0; i < b.cfg.n.peer; i++ {
@@ -140,6 +151,62 @@ func runRuns(b *Bench) error {
 		b.record("runs", "import-git", unitNS, durs(imp), "")
 		b.record("runs", "worktree-add", unitNS, durs(wt), "")
 	}
+	return nil
+}
+
+// batchJob is one line of a `strata batch` jobs file (README.md, "One-shot
+// runs").
+type batchJob struct {
+	ID    string   `json:"id"`
+	From  string   `json:"from"`
+	Patch string   `json:"patch"`
+	Cmd   []string `json:"cmd"`
+}
+
+// runBatch times `strata batch --parallel par` over cfg.n.runs jobs, and
+// records each job's total as the batch reports it.
+func (b *Bench) runBatch(par int, patch string) error {
+	dir := filepath.Join(b.work, fmt.Sprintf("batch-p%d", par))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var jobs []byte
+	for i := 0; i < b.cfg.n.runs; i++ {
+		line, _ := json.Marshal(batchJob{ID: fmt.Sprintf("j%d", i), From: "main", Patch: patch, Cmd: []string{"npm", "test"}})
+		jobs = append(append(jobs, line...), '\n')
+	}
+	in, out := filepath.Join(dir, "jobs.jsonl"), filepath.Join(dir, "results.jsonl")
+	if err := os.WriteFile(in, jobs, 0o644); err != nil {
+		return err
+	}
+	_, wall, err := b.st("-q", "batch", in, "--parallel", fmt.Sprint(par), "--out", out)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		return err
+	}
+	var lat []float64
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r struct {
+			ID        string           `json:"id"`
+			ExitCode  int              `json:"exit_code"`
+			Durations map[string]int64 `json:"durations_ns"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return fmt.Errorf("strata batch: result %q: %w", line, err)
+		}
+		if r.ExitCode != 0 {
+			return fmt.Errorf("strata batch: job %s exited %d: %s", r.ID, r.ExitCode, line)
+		}
+		lat = append(lat, float64(r.Durations["total"]))
+	}
+	if len(lat) != b.cfg.n.runs {
+		return fmt.Errorf("strata batch: %d results for %d jobs", len(lat), b.cfg.n.runs)
+	}
+	b.record("runs", fmt.Sprintf("batch/p%d", par), unitNS, lat, "")
+	b.record("runs", fmt.Sprintf("batch-wall/p%d", par), unitNS, []float64{float64(wall)}, "")
 	return nil
 }
 
@@ -194,40 +261,58 @@ func reportRuns(r *Results) []Table {
 		return []Table{t}
 	}
 	for _, p := range r.Passes {
-		t.Header = append(t.Header, p+" p50 per run", p+" runs/min")
+		t.Header = append(t.Header, p+" p50 per run", p+" runs/min", p+" runs/min ÷ worktree")
 	}
 	for _, kind := range []struct{ key, label string }{
-		{"strata", "`strata run --patch P -- npm test`"},
+		{"strata", "`strata run --patch P -- npm test`, N processes at once"},
+		{"batch", "`strata batch --parallel N` (same jobs)"},
 		{"worktree", "`git worktree add` + `cp -al node_modules` + `git apply` + `npm test` + remove"},
 	} {
 		for _, par := range runsParallel {
+			lat, wall := fmt.Sprintf("%s/p%d", kind.key, par), fmt.Sprintf("%s-wall/p%d", kind.key, par)
 			cells := []string{kind.label, fmt.Sprint(par)}
 			for _, p := range r.Passes {
-				cells = append(cells, r.cell(p, "runs", fmt.Sprintf("%s/p%d", kind.key, par), "p50"),
-					perMinute(r, p, fmt.Sprintf("%s/p%d", kind.key, par), fmt.Sprintf("%s-wall/p%d", kind.key, par)))
+				ratio := ""
+				if kind.key != "worktree" {
+					ratio = fmtRatio(perMinuteValue(r, p, lat, wall), perMinuteValue(r, p, fmt.Sprintf("worktree/p%d", par), fmt.Sprintf("worktree-wall/p%d", par)))
+				}
+				cells = append(cells, r.cell(p, "runs", lat, "p50"), perMinute(r, p, lat, wall), ratio)
 			}
 			t.Rows = append(t.Rows, cells)
 		}
 	}
-	bare := []string{"bare `npm test` in a plain copy", "1"}
-	gi := []string{"`strata import --git` (vs `git worktree add` below)", "1"}
-	gw := []string{"`git worktree add --detach`", "1"}
+	bare := []string{"bare `npm test` in a plain copy (the floor)", "1"}
+	gi := []string{"`strata import --git` of the corpus repository", "1"}
+	gw := []string{"`git worktree add --detach` of it", "1"}
 	for _, p := range r.Passes {
-		bare = append(bare, r.cell(p, "runs", "bare", "p50"), "")
-		gi = append(gi, r.cell(p, "runs", "import-git", "p50"), "")
-		gw = append(gw, r.cell(p, "runs", "worktree-add", "p50"), "")
+		bare = append(bare, r.cell(p, "runs", "bare", "p50"), "", "")
+		gi = append(gi, r.cell(p, "runs", "import-git", "p50"), "", "")
+		gw = append(gw, r.cell(p, "runs", "worktree-add", "p50"), "", "")
 	}
 	t.Rows = append(t.Rows, bare, gi, gw)
-	t.Notes = r.skips("runs")
+	n := nOf(r, "runs", "strata/p1")
+	t.Notes = append([]string{
+		"Each level runs " + n + " jobs on that many concurrent workers; runs/min is jobs ÷ the wall time of all of them; p50 is one job's latency (for `strata batch`, the job's `durations_ns.total` as batch reports it). The patch adds one file to `src/`; `npm test` (`node --test`) passes with it, or the run counts as failed and the scenario stops. `strata run` uses its defaults (`--from main`, upper on tmpfs, `agent` sandbox, discard). The worktree peer works on a `cp -a` copy of the corpus, never on the shared one.",
+		"`strata import --git` records the commit's tracked files and the repository's ignored dependency directories (`node_modules`), so it is closer to `git worktree add` + `cp -al node_modules` (in the workspaces table) than to `git worktree add` alone, which checks out the tracked files only.",
+		"The machine has 2 vCPUs: beyond parallel 2, jobs only queue for CPU.",
+	}, r.skips("runs")...)
 	return []Table{t}
 }
 
 // perMinute is runs per minute: N runs over the wall time of all of them.
 func perMinute(r *Results, pass, latKey, wallKey string) string {
+	v := perMinuteValue(r, pass, latKey, wallKey)
+	if v == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func perMinuteValue(r *Results, pass, latKey, wallKey string) float64 {
 	m, ok := r.get(pass, "runs", latKey)
 	wall := r.value(pass, "runs", wallKey, "p50")
 	if !ok || m.Skip != "" || wall == 0 {
-		return "—"
+		return 0
 	}
-	return fmt.Sprintf("%.0f", float64(m.N)/(wall/60e9))
+	return float64(m.N) / (wall / 60e9)
 }

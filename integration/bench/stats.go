@@ -29,7 +29,11 @@ type Measure struct {
 	Max      float64 `json:"max"`
 	Mean     float64 `json:"mean"`
 	Sum      float64 `json:"sum"`
-	Note     string  `json:"note,omitempty"`
+	First    float64 `json:"first"` // the first sample, in the order taken
+	// Samples are the raw samples in the order taken (in the JSON a
+	// rootless pass hands back; not rendered).
+	Samples []float64 `json:"samples,omitempty"`
+	Note    string    `json:"note,omitempty"`
 	// Skip says why the quantity was not measured in this pass; the
 	// statistics are then zero.
 	Skip string `json:"skip,omitempty"`
@@ -43,6 +47,8 @@ func summarize(m *Measure, samples []float64) {
 	if m.N == 0 {
 		return
 	}
+	m.First = samples[0]
+	m.Samples = append([]float64(nil), samples...)
 	s := append([]float64(nil), samples...)
 	sort.Float64s(s)
 	m.Min, m.Max = s[0], s[len(s)-1]
@@ -129,8 +135,12 @@ func fmtRatio(a, b float64) string {
 		return fmt.Sprintf("%.0f×", r)
 	case r >= 10:
 		return fmt.Sprintf("%.1f×", r)
-	default:
+	case r >= 0.1:
 		return fmt.Sprintf("%.2f×", r)
+	case r >= 0.01:
+		return fmt.Sprintf("%.3f×", r)
+	default:
+		return fmt.Sprintf("%.4f×", r)
 	}
 }
 
