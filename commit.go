@@ -3,6 +3,7 @@ package strata
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -43,7 +44,10 @@ type wsTree struct {
 // writer wr: the merged view as it is now. The workspace's processes are
 // stopped (SIGSTOP) while the upper is read, so that no file is caught half
 // written; they continue as soon as the scan is done.
-func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer, warn func(path, msg string)) (*wsTree, error) {
+//
+// With deferStatCache the stat cache's update is left to the caller's
+// Finish (result.SaveStatCache).
+func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer, warn func(path, msg string), deferStatCache ...bool) (*wsTree, error) {
 	w, x, err := r.loadWorkspace(ctx, name)
 	if err != nil {
 		return nil, err
@@ -88,9 +92,10 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 		return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
 	}
 	res, err := snapshot.ApplyUpper(ctx, st, wr, mountBase.Tree, upperChanges(changes), snapshot.ApplyOptions{
-		StatCacheRoot: x.Upper,
-		BaseStats:     &mountBase.Stats,
-		Warn:          warn,
+		StatCacheRoot:  x.Upper,
+		BaseStats:      &mountBase.Stats,
+		Warn:           warn,
+		DeferStatCache: len(deferStatCache) > 0 && deferStatCache[0],
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q: %w", name, err)
@@ -128,6 +133,9 @@ func upperChanges(cs []overlayfs.Change) []snapshot.UpperChange {
 	return out
 }
 
+// errReusedGone: an optimistic commit reused an object gc has taken.
+var errReusedGone = errors.New("reused object gone")
+
 // CommitOptions tune Commit.
 type CommitOptions struct {
 	Message string
@@ -140,9 +148,27 @@ type CommitOptions struct {
 // workspace or a promote), Commit fails with ErrConflict and the changes
 // stay in the workspace. Only changed data becomes new objects. The
 // workspace continues, clean, on the new commit.
+//
+// What the workspace's base commit holds is reachable from a gc root (the
+// live workspace) while Commit runs, so Commit reuses it without claiming
+// it first (store.Writer.Optimistic): a one-file commit is then one
+// durable transaction. Should gc have taken something it reused (content
+// the stat cache remembered from a commit that never landed), the final
+// transaction notices and Commit starts over claiming everything.
 func (r *Repo) Commit(ctx context.Context, name string, opts CommitOptions) (*CommitResult, error) {
-	msg := opts.Message
 	start := time.Now()
+	res, err := r.commit(ctx, name, opts, true)
+	if errors.Is(err, errReusedGone) {
+		res, err = r.commit(ctx, name, opts, false)
+	}
+	if res != nil {
+		res.DurationNs = time.Since(start).Nanoseconds()
+	}
+	return res, err
+}
+
+func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, optimistic bool) (*CommitResult, error) {
+	msg := opts.Message
 	st, err := r.db()
 	if err != nil {
 		return nil, err
@@ -152,7 +178,10 @@ func (r *Repo) Commit(ctx context.Context, name string, opts CommitOptions) (*Co
 		return nil, err
 	}
 	defer wr.Abort()
-	wt, err := r.workspaceTree(ctx, name, wr, opts.Warn)
+	if optimistic {
+		wr.Optimistic()
+	}
+	wt, err := r.workspaceTree(ctx, name, wr, opts.Warn, true)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +193,10 @@ func (r *Repo) Commit(ctx context.Context, name string, opts CommitOptions) (*Co
 	if wt.tree == wt.base.Tree {
 		out.Clean, out.Commit = true, w.Base
 		out.Stats = wt.base.Stats
-		out.DurationNs = time.Since(start).Nanoseconds()
+		if save := wt.result.SaveStatCache; save != nil {
+			// Nothing to commit, but what was read is worth remembering.
+			return out, wr.Finish(save)
+		}
 		return out, nil
 	}
 	if msg == "" {
@@ -195,14 +227,21 @@ func (r *Repo) Commit(ctx context.Context, name string, opts CommitOptions) (*Co
 			return err
 		}
 		out.Commit = id
+		if save := wt.result.SaveStatCache; save != nil {
+			if err := save(tx); err != nil {
+				return err
+			}
+		}
 		return tx.AppendOp(store.Op{Kind: "commit", Ref: w.Branch, Old: w.Base, New: id, Detail: name})
 	})
+	if optimistic && errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %w", errReusedGone, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	ws := wr.Stats()
 	out.NewObjects, out.NewBytes = ws.NewObjects, ws.NewBytes
-	out.DurationNs = time.Since(start).Nanoseconds()
 	return out, nil
 }
 

@@ -125,12 +125,12 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	// writer's lease protects them from a concurrent gc. Finish with no
 	// commit releases the lease afterwards.
 	spec := &DiffSpec{From: wt.base.Tree, To: wt.tree, FromRef: wt.w.Base.Short(), ToRef: name, Workspace: name, FromCommit: wt.w.Base}
-	ch, err := snapshot.Diff(ctx, st, spec.From, spec.To)
-	if err != nil {
+	if err := wr.Flush(); err != nil { // Diff reads the new trees
 		wr.Abort()
 		return nil, nil, err
 	}
-	if err := wr.Flush(); err != nil {
+	ch, err := snapshot.Diff(ctx, st, spec.From, spec.To)
+	if err != nil {
 		wr.Abort()
 		return nil, nil, err
 	}

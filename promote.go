@@ -239,6 +239,9 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyRe
 				if err != nil {
 					return nil, err
 				}
+				if err := wr.Flush(); err != nil { // the tree is read back below
+					return nil, err
+				}
 				fork, _ := store.ParseID(x.Fork)
 				if fromTree, fromID, err = r.commitTree(ctx, fork.String()); err != nil {
 					return nil, err

@@ -371,6 +371,9 @@ func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, b
 		res.Commit, res.Branch = res.From, opts.CommitBranch
 		return r.moveBranchTo(ctx, opts.CommitBranch, res.From)
 	}
+	if err := wr.Flush(); err != nil { // the policy check reads the new tree
+		return err
+	}
 	diff, err := snapshot.Diff(ctx, st, base.Tree, ar.Tree)
 	if err != nil {
 		return err
@@ -518,6 +521,16 @@ func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source,
 		}
 		upper, work = filepath.Join(wsdir, "upper"), filepath.Join(wsdir, "work")
 		defer os.RemoveAll(dir)
+	} else {
+		// A tmpfs run moves out of runs/, which cleanRuns sweeps, to where
+		// tmpfs workspaces live (the same filesystem: a rename).
+		tdir := filepath.Join(r.tmpfsRoot(), name)
+		_ = removeAll(tdir) // a leftover of a removed workspace of that name
+		if err := os.Rename(dir, tdir); err != nil {
+			return err
+		}
+		dir = tdir
+		upper, work = filepath.Join(tdir, "upper"), filepath.Join(tdir, "work")
 	}
 	_ = os.Remove(filepath.Join(dir, runStateFile))
 	x := wsExtra{Upper: upper, Work: work, Tmpfs: tmpfs, Source: source, Fork: base.String(), MountBase: base.String()}
@@ -537,9 +550,21 @@ func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source,
 }
 
 // cleanRuns removes the directories of runs whose process is gone (a run
-// killed with SIGKILL): cheap enough to do at the start of every run.
+// killed with SIGKILL): cheap enough to do at the start of every run. The
+// tmpfs runs of every store of this user are swept, not only this one's:
+// a dead run is garbage whatever its store, and a store that was deleted
+// would otherwise leave its killed runs in memory until reboot. (Empty
+// directories stay: removing one could race with a run being created.)
 func (r *Repo) cleanRuns() {
-	for _, root := range []string{r.runsRoot(false), r.runsRoot(true)} {
+	mine := r.runsRoot(false)
+	roots := []string{r.runsRoot(true), mine}
+	others, _ := filepath.Glob(filepath.Join(filepath.Dir(r.tmpfsRoot()), "*", runsDir))
+	for _, o := range others {
+		if o != mine {
+			roots = append(roots, o)
+		}
+	}
+	for _, root := range roots {
 		ents, err := os.ReadDir(root)
 		if err != nil {
 			continue

@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -117,6 +119,10 @@ func TestRun(t *testing.T) {
 	if got := h.ok("exec", rr.Work, "--", "cat", "k.txt").stdout; got != "kept\n" {
 		t.Errorf("kept workspace reads %q", got)
 	}
+	// A kept run leaves the runs directory, which later runs sweep.
+	if left := runDirs(t, h); len(left) != 0 {
+		t.Errorf("a kept run is still among the runs (swept once stale): %v", left)
+	}
 	h.ok("ws", "rm", "--force", rr.Work)
 
 	// --output keeps stdout, stderr and the result.
@@ -201,7 +207,38 @@ func TestRunKilled(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "proj")
 	baseTree(t, src)
 	h.ok("import", src)
-	marker := "strata-it-killed-" + strconv.Itoa(os.Getpid())
+	killRun(t, h, "strata-it-killed-"+strconv.Itoa(os.Getpid()))
+	// The next run cleans the killed run's directory.
+	h.ok("run", "--", "true")
+	if left := runDirs(t, h); len(left) != 0 {
+		t.Errorf("after the next run, left behind: %v", left)
+	}
+	h.ok("gc")
+	h.fsckClean()
+
+	// A run killed in a store that is then deleted: its tmpfs directory
+	// would stay in memory until reboot; any other store's next run
+	// sweeps it.
+	other := newHome(t)
+	other.ok("import", src)
+	killRun(t, other, "strata-it-killed-other-"+strconv.Itoa(os.Getpid()))
+	orphans := runDirs(t, other)
+	if err := os.RemoveAll(other.dir); err != nil {
+		t.Fatal(err)
+	}
+	h.ok("run", "--", "true")
+	for _, d := range orphans {
+		if _, err := os.Lstat(d); err == nil {
+			t.Errorf("the killed run of a deleted store is still there: %s", d)
+		}
+	}
+}
+
+// killRun starts a run in h whose command never ends, SIGKILLs strata,
+// waits until nothing of the run is alive, and checks that the run's
+// directory was left behind.
+func killRun(t *testing.T, h *home, marker string) {
+	t.Helper()
 	cmd := exec.Command(bin(t), "--home", h.dir, "run", "--", "bash", "-c", "(exec -a "+marker+" sleep 1000) & sleep 1000")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -217,27 +254,24 @@ func TestRunKilled(t *testing.T) {
 	// The init of the run is PID 1 of its namespace and dies with a
 	// parent-death signal: the namespace and everything in it go.
 	waitNoProcs(t, marker)
-	runs := runDirs(t, h)
-	if len(runs) == 0 {
+	if len(runDirs(t, h)) == 0 {
 		t.Fatal("expected the killed run's directory to be left for cleanup (is the test still meaningful?)")
 	}
-	// The next run cleans the killed run's directory.
-	h.ok("run", "--", "true")
-	if left := runDirs(t, h); len(left) != 0 {
-		t.Errorf("after the next run, left behind: %v", left)
-	}
-	h.ok("gc")
-	h.fsckClean()
 }
 
+// runDirs lists this store's run directories, on tmpfs (where strata
+// keeps them under a hash of the store's path) and on disk.
 func runDirs(t testing.TB, h *home) []string {
 	t.Helper()
+	sum := sha256.Sum256([]byte(h.dir))
 	var out []string
-	ms, _ := filepath.Glob(fmt.Sprintf("/dev/shm/strata-%d/*/runs/*", os.Getuid()))
-	for _, m := range ms {
-		// Only this store's runs: their run.json names a base in it.
-		if b, err := os.ReadFile(filepath.Join(m, "run.json")); err == nil && len(b) > 0 {
-			out = append(out, m)
+	for _, root := range []string{
+		fmt.Sprintf("/dev/shm/strata-%d/%s/runs", os.Getuid(), hex.EncodeToString(sum[:6])),
+		filepath.Join(h.dir, "runs"),
+	} {
+		ents, _ := os.ReadDir(root)
+		for _, e := range ents {
+			out = append(out, filepath.Join(root, e.Name()))
 		}
 	}
 	return out

@@ -96,6 +96,11 @@ type ApplyOptions struct {
 	// the change. Without them it reads every tree of the result to
 	// count it, which costs what a walk of the whole tree costs.
 	BaseStats *store.CommitStats
+	// DeferStatCache leaves the stat cache's update to the caller:
+	// ApplyResult.SaveStatCache, to be run in the Writer's Finish, so
+	// that a commit is one transaction. Otherwise ApplyUpper saves it in
+	// a transaction of its own.
+	DeferStatCache bool
 }
 
 // ApplyResult describes a finished ApplyUpper.
@@ -112,6 +117,9 @@ type ApplyResult struct {
 	// metadata (not recorded), skipped sockets over nothing, and
 	// deletions of what the base did not hold are not counted.
 	Changed int
+	// SaveStatCache, with ApplyOptions.DeferStatCache, records the stat
+	// cache in tx; nil when it has not changed.
+	SaveStatCache func(tx *store.Tx) error
 }
 
 // ApplyUpper applies a workspace's delta (the changes overlayfs.Changes
@@ -365,18 +373,20 @@ func (a *applyUpperState) run(changes []UpperChange) (*ApplyResult, error) {
 	if err := x.retainReused(); err != nil {
 		return nil, err
 	}
-	if err := a.w.Flush(); err != nil {
-		return nil, fmt.Errorf("flush: %w", err)
-	}
-	if err := a.saveStatCache(); err != nil {
+	// No Flush: a caller that commits writes the rest in Finish's
+	// transaction (for a small change, the only one); a caller that reads
+	// the new tree back flushes first.
+	save, err := a.saveStatCache()
+	if err != nil {
 		return nil, err
 	}
 	return &ApplyResult{
-		Tree:      tree,
-		Stats:     stats,
-		FilesRead: a.filesRead.Load(),
-		CacheHits: a.cacheHits.Load(),
-		Changed:   a.changed,
+		Tree:          tree,
+		Stats:         stats,
+		FilesRead:     a.filesRead.Load(),
+		CacheHits:     a.cacheHits.Load(),
+		Changed:       a.changed,
+		SaveStatCache: save,
 	}, nil
 }
 
@@ -1162,12 +1172,12 @@ func (a *applyUpperState) readErr(f *upFile, err error) error {
 // next commit of the same upper directory, under the racy rule of Import:
 // only files whose mtime and ctime are older than the start minus
 // racyMargin. Not rewritten when nothing would change.
-func (a *applyUpperState) saveStatCache() error {
+func (a *applyUpperState) saveStatCache() (deferred func(tx *store.Tx) error, err error) {
 	if a.opts.StatCacheRoot == "" {
-		return nil
+		return nil, nil
 	}
 	if !filepath.IsAbs(a.opts.StatCacheRoot) {
-		return fmt.Errorf("stat cache root %q is not absolute", a.opts.StatCacheRoot)
+		return nil, fmt.Errorf("stat cache root %q is not absolute", a.opts.StatCacheRoot)
 	}
 	limit := a.startNs - int64(a.cfg.margin)
 	entries := map[string]store.StatEntry{}
@@ -1181,10 +1191,19 @@ func (a *applyUpperState) saveStatCache() error {
 		add(f)
 	}
 	if sameStatCache(a.cache, entries) {
-		return nil
+		return nil, nil
 	}
-	if err := a.ss.SaveStatCache(a.ctx, a.opts.StatCacheRoot, entries, limit); err != nil {
-		return fmt.Errorf("save stat cache: %w", err)
+	root := a.opts.StatCacheRoot
+	if a.opts.DeferStatCache {
+		return func(tx *store.Tx) error {
+			if err := tx.SaveStatCache(root, entries, limit); err != nil {
+				return fmt.Errorf("save stat cache: %w", err)
+			}
+			return nil
+		}, nil
 	}
-	return nil
+	if err := a.ss.SaveStatCache(a.ctx, root, entries, limit); err != nil {
+		return nil, fmt.Errorf("save stat cache: %w", err)
+	}
+	return nil, nil
 }

@@ -437,3 +437,137 @@ func TestGCReturnsSpace(t *testing.T) {
 		t.Errorf("database and WAL still %d bytes after removing %d of %d", after, r.RemovedBytes, before)
 	}
 }
+
+func leaseRows(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.db.QueryRow(`SELECT count(*) FROM leases`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestWriterLeaseIsLazy: a Writer whose objects fit in one batch writes
+// them in Finish's transaction and never takes a lease; one that flushes
+// takes it with its first batch and drops it in Finish.
+func TestWriterLeaseIsLazy(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	w, err := s.NewWriter(ctx, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := w.WriteBytes([]byte("one small file"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := leaseRows(t, s); n != 0 {
+		t.Fatalf("%d leases before any transaction, want 0", n)
+	}
+	if err := w.Finish(func(tx *Tx) error { return tx.SetRef("main", ZeroID, id) }); err == nil {
+		t.Fatal("a ref to a content object was accepted") // SetRef wants a commit
+	}
+	if err := w.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if n := leaseRows(t, s); n != 0 {
+		t.Fatalf("%d leases after Abort of an unflushed Writer", n)
+	}
+
+	c := commitFile(t, s, "main", ZeroID, "f", []byte("content"))
+	if n := leaseRows(t, s); n != 0 {
+		t.Fatalf("%d leases after a small commit, want 0", n)
+	}
+	if !mustHave(t, s, c) {
+		t.Fatal("commit missing")
+	}
+
+	w, err = s.NewWriter(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteBytes(randBytes(3, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := leaseRows(t, s); n != 1 {
+		t.Fatalf("%d leases after Flush, want 1", n)
+	}
+	if err := w.Flush(); err != nil { // a second batch reuses the lease
+		t.Fatal(err)
+	}
+	if _, err := w.WriteBytes(randBytes(4, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := leaseRows(t, s); n != 1 {
+		t.Fatalf("%d leases after a second Flush, want 1", n)
+	}
+	if err := w.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := leaseRows(t, s); n != 0 {
+		t.Fatalf("%d leases after Finish, want 0", n)
+	}
+}
+
+func mustHave(t *testing.T, s *Store, id ID) bool {
+	t.Helper()
+	var ok bool
+	if err := s.View(context.Background(), func(tx *Tx) error {
+		var err error
+		ok, err = tx.Has(id)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestOptimisticWriter: Retain on an optimistic Writer claims nothing;
+// Finish checks in its transaction that the object still exists and fails
+// with ErrNotFound when gc took it meanwhile.
+func TestOptimisticWriter(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	// An object nothing references: gc takes it.
+	loose, _ := writeContent(t, s, randBytes(5, 4096))
+	w, err := s.NewWriter(ctx, "optimistic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	w.Optimistic()
+	ok, err := w.Retain(loose)
+	if err != nil || !ok {
+		t.Fatalf("Retain = %v, %v", ok, err)
+	}
+	if n := leaseRows(t, s); n != 0 {
+		t.Fatalf("optimistic Retain took a lease (%d)", n)
+	}
+	gc(t, s, GCOptions{})
+	if mustHave(t, s, loose) {
+		t.Fatal("gc kept an unreferenced object")
+	}
+	if err := w.Finish(nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Finish after gc took a retained object = %v, want ErrNotFound", err)
+	}
+
+	// Without gc in between, the same Finish succeeds.
+	kept, _ := writeContent(t, s, randBytes(6, 4096))
+	w2, err := s.NewWriter(ctx, "optimistic 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Optimistic()
+	if ok, err := w2.RetainAll([]ID{kept}); err != nil || !ok[0] {
+		t.Fatalf("RetainAll = %v, %v", ok, err)
+	}
+	if err := w2.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -62,7 +62,16 @@ func (s *Store) SaveStatCache(ctx context.Context, root string, entries map[stri
 	if err != nil {
 		return fmt.Errorf("save stat cache: %w", mapErr(err))
 	}
-	err = s.update(ctx, fast, func(tx *Tx) error {
+	return s.update(ctx, fast, func(tx *Tx) error { return tx.SaveStatCache(root, entries, recordedNs) })
+}
+
+// SaveStatCache is Store.SaveStatCache inside a write transaction, for a
+// caller that records the cache together with what it describes.
+func (tx *Tx) SaveStatCache(root string, entries map[string]StatEntry, recordedNs int64) error {
+	if !filepath.IsAbs(root) {
+		return fmt.Errorf("save stat cache: root %q is not absolute", root)
+	}
+	err := func() error {
 		var rid int64
 		err := tx.queryRow(`INSERT INTO stat_roots (root, recorded_ns) VALUES (?, ?)
 			ON CONFLICT (root) DO UPDATE SET recorded_ns = excluded.recorded_ns
@@ -82,7 +91,7 @@ func (s *Store) SaveStatCache(ctx context.Context, root string, entries map[stri
 			}
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		return fmt.Errorf("save stat cache of %s: %w", root, err)
 	}

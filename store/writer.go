@@ -31,14 +31,30 @@ const precheckMin = 8 << 10
 // Abort, or until its process is dead. It buffers objects and writes them
 // in transactions of bounded size. Safe for concurrent use.
 //
+// The lease is taken with the first transaction that needs it (a full
+// batch, Flush, Retain): a Writer whose objects all fit in one batch
+// writes them in Finish's transaction, where they become reachable at
+// once, and so never needs a lease. A small commit thus costs one
+// transaction.
+//
 // An id a Writer returns names an object that is in the store after the
 // next Flush or Finish; until then only this Writer may reference it.
 type Writer struct {
 	s       *Store
 	ctx     context.Context
-	lease   int64
 	purpose string
-	cdc     cdc // always defaultCDC outside measurements in tests
+	me      procIdentity // the lease's holder
+
+	// lease is 0 until a transaction needs it. leaseMu is held from the
+	// moment a transaction decides to create it until that transaction
+	// ended, so that exactly one lease is created.
+	leaseMu sync.Mutex
+	lease   int64
+
+	// optimistic: Retain claims nothing under the lease (see Optimistic).
+	optimistic bool
+	assumed    map[ID]struct{} // under mu: ids Retain accepted unchecked
+	cdc        cdc             // always defaultCDC outside measurements in tests
 
 	// op is held shared by every operation and exclusively by Flush,
 	// Finish and Abort, which so wait for operations in flight.
@@ -86,24 +102,58 @@ func (s *Store) NewWriter(ctx context.Context, purpose string) (*Writer, error) 
 	if err != nil {
 		return nil, err
 	}
-	fast, err := s.fastDB()
-	if err != nil {
-		return nil, fmt.Errorf("new writer: %w", mapErr(err))
+	return &Writer{s: s, ctx: ctx, purpose: purpose, me: me, cdc: defaultCDC, known: make(map[ID]struct{})}, nil
+}
+
+// Optimistic makes Retain and RetainAll accept every id without claiming
+// it under the lease: Finish checks, in its transaction, that each still
+// exists, and fails with ErrNotFound if gc took one meanwhile. It is for
+// callers whose reused objects are reachable from a gc root for the
+// Writer's whole life — a commit of a live workspace reuses what its base
+// commit holds — and saves the claim's transaction. A caller that gets
+// ErrNotFound from Finish retries with a Writer that is not optimistic.
+// Call it before any other method.
+func (w *Writer) Optimistic() {
+	w.mu.Lock()
+	w.optimistic = true
+	if w.assumed == nil {
+		w.assumed = make(map[ID]struct{})
 	}
-	w := &Writer{s: s, ctx: ctx, purpose: purpose, cdc: defaultCDC, known: make(map[ID]struct{})}
-	err = s.update(ctx, fast, func(tx *Tx) error {
+	w.mu.Unlock()
+}
+
+// withLease runs fn in a write transaction on the fast pool, with the
+// Writer's lease created first in the same transaction if there is none
+// yet.
+func (w *Writer) withLease(fn func(tx *Tx, lease int64) error) error {
+	fast, err := w.s.fastDB()
+	if err != nil {
+		return err
+	}
+	w.leaseMu.Lock()
+	if lease := w.lease; lease != 0 {
+		w.leaseMu.Unlock()
+		return w.s.update(w.ctx, fast, func(tx *Tx) error { return fn(tx, lease) })
+	}
+	defer w.leaseMu.Unlock()
+	var id int64
+	err = w.s.update(w.ctx, fast, func(tx *Tx) error {
+		me := w.me
 		r, err := tx.exec(`INSERT INTO leases (pid, start_ticks, boot_id, pid_ns, hostname, created_ns, purpose)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, me.pid, me.startTicks, me.bootID, me.pidNS, me.hostname, time.Now().UnixNano(), purpose)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, me.pid, me.startTicks, me.bootID, me.pidNS, me.hostname, time.Now().UnixNano(), w.purpose)
 		if err != nil {
-			return err
+			return fmt.Errorf("take lease: %w", err)
 		}
-		w.lease, err = r.LastInsertId()
-		return mapErr(err)
+		if id, err = r.LastInsertId(); err != nil {
+			return mapErr(err)
+		}
+		return fn(tx, id)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("new writer: take lease: %w", err)
+		return err
 	}
-	return w, nil
+	w.lease = id
+	return nil
 }
 
 // Stats returns what the Writer did so far.
@@ -233,14 +283,10 @@ func (w *Writer) stopFlusher() {
 func (w *Writer) writeBatch(batch []pendingObject) error {
 	w.flushMu.Lock()
 	defer w.flushMu.Unlock()
-	fast, err := w.s.fastDB()
-	if err != nil {
-		return w.fail(err)
-	}
 	var st WriterStats
-	err = w.s.update(w.ctx, fast, func(tx *Tx) error {
+	err := w.withLease(func(tx *Tx, lease int64) error {
 		st = WriterStats{}
-		return w.insertBatch(tx, batch, &st)
+		return w.insertBatch(tx, batch, &st, lease)
 	})
 	if err != nil {
 		return w.fail(fmt.Errorf("write objects: %w", err))
@@ -258,11 +304,12 @@ const (
 )
 
 // insertBatch stores the objects of a batch that do not exist yet and
-// records every one of them under the lease, in tx. An object that
-// exists is not rewritten; recording it under the lease in the same
-// transaction in which its existence is checked is what keeps a
-// concurrent gc from deleting it.
-func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats) error {
+// records every one of them under lease, in tx. An object that exists is
+// not rewritten; recording it under the lease in the same transaction in
+// which its existence is checked is what keeps a concurrent gc from
+// deleting it. lease 0 records nothing: Finish's transaction, which makes
+// the objects reachable itself.
+func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lease int64) error {
 	for i := range batch {
 		p := &batch[i]
 		data := p.data
@@ -286,9 +333,12 @@ func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats) err
 			}
 			st.ReusedObjects++
 		}
-		if _, err := tx.exec(qLeaseObject, w.lease, oid); err != nil {
+		if lease == 0 {
+			continue
+		}
+		if _, err := tx.exec(qLeaseObject, lease, oid); err != nil {
 			if isCode(err, sqliteConstraint) {
-				return fmt.Errorf("writer lease %d (%s) is gone: gc judged it stale", w.lease, w.purpose)
+				return fmt.Errorf("writer lease %d (%s) is gone: gc judged it stale", lease, w.purpose)
 			}
 			return fmt.Errorf("record object %s under lease: %w", p.id.Short(), err)
 		}
@@ -340,13 +390,18 @@ func (w *Writer) Finish(fn func(tx *Tx) error) error {
 	w.flushMu.Lock()
 	defer w.flushMu.Unlock()
 	var st WriterStats
+	w.leaseMu.Lock()
+	lease := w.lease
+	w.leaseMu.Unlock()
 	err := w.s.update(w.ctx, w.s.db, func(tx *Tx) error {
 		st = WriterStats{}
-		var one int
-		if err := tx.queryRow(qLeaseExists, w.lease).Scan(&one); err != nil {
-			return fmt.Errorf("writer lease %d (%s) is gone, so gc may have taken its objects: %w", w.lease, w.purpose, mapErr(err))
+		if lease != 0 {
+			var one int
+			if err := tx.queryRow(qLeaseExists, lease).Scan(&one); err != nil {
+				return fmt.Errorf("writer lease %d (%s) is gone, so gc may have taken its objects: %w", lease, w.purpose, mapErr(err))
+			}
 		}
-		if err := w.insertBatch(tx, batch, &st); err != nil {
+		if err := w.insertBatch(tx, batch, &st, 0); err != nil {
 			return err
 		}
 		if err := w.checkExternal(tx); err != nil {
@@ -357,7 +412,10 @@ func (w *Writer) Finish(fn func(tx *Tx) error) error {
 				return err
 			}
 		}
-		if _, err := tx.exec(`DELETE FROM leases WHERE id = ?`, w.lease); err != nil {
+		if lease == 0 {
+			return nil
+		}
+		if _, err := tx.exec(`DELETE FROM leases WHERE id = ?`, lease); err != nil {
 			return fmt.Errorf("drop lease: %w", err)
 		}
 		return nil
@@ -389,12 +447,27 @@ func (w *Writer) checkExternal(tx *Tx) error {
 		if _, ok := w.known[id]; ok {
 			continue
 		}
+		if _, ok := w.assumed[id]; ok {
+			continue // checked below
+		}
 		ok, err := tx.Has(id)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return fmt.Errorf("a tree references object %s, which is not in the store (gc took it; Retain what you reuse): %w", id.Short(), ErrNotFound)
+		}
+	}
+	for id := range w.assumed {
+		if _, ok := w.known[id]; ok {
+			continue
+		}
+		ok, err := tx.Has(id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("object %s, reused without a claim (optimistic writer), is no longer in the store: %w", id.Short(), ErrNotFound)
 		}
 	}
 	return nil
@@ -415,6 +488,12 @@ func (w *Writer) Abort() error {
 	w.mu.Lock()
 	w.batch, w.known, w.external = nil, nil, nil
 	w.mu.Unlock()
+	w.leaseMu.Lock()
+	lease := w.lease
+	w.leaseMu.Unlock()
+	if lease == 0 {
+		return nil // nothing was written
+	}
 	fast, err := w.s.fastDB()
 	if err != nil {
 		return err
@@ -424,7 +503,7 @@ func (w *Writer) Abort() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), w.s.busy+10*time.Second)
 	defer cancel()
 	err = w.s.update(ctx, fast, func(tx *Tx) error {
-		_, err := tx.exec(`DELETE FROM leases WHERE id = ?`, w.lease)
+		_, err := tx.exec(`DELETE FROM leases WHERE id = ?`, lease)
 		return err
 	})
 	if err != nil {
@@ -461,6 +540,10 @@ func (w *Writer) Retain(id ID) (bool, error) {
 	w.mu.Lock()
 	_, ok := w.known[id]
 	err := w.err
+	if err == nil && !ok && w.optimistic {
+		w.assumed[id] = struct{}{}
+		ok = true
+	}
 	w.mu.Unlock()
 	if err != nil {
 		return false, err
@@ -514,6 +597,11 @@ func (w *Writer) RetainAll(ids []ID) (ok []bool, err error) {
 			ok[i] = true
 			continue
 		}
+		if w.optimistic {
+			w.assumed[id] = struct{}{}
+			ok[i] = true
+			continue
+		}
 		reqs = append(reqs, &retainReq{id: id, done: make(chan struct{})})
 		idx = append(idx, i)
 	}
@@ -541,30 +629,27 @@ func (w *Writer) retainBatch(batch []*retainReq) {
 			close(r.done)
 		}
 	}()
-	fast, err := w.s.fastDB()
-	if err == nil {
-		err = w.s.update(w.ctx, fast, func(tx *Tx) error {
-			for _, r := range batch {
-				var oid int64
-				err := tx.queryRow(qObjectOID, r.id[:]).Scan(&oid)
-				if err != nil {
-					r.ok = false
-					if isNoRows(err) {
-						continue
-					}
-					return fmt.Errorf("look up object %s: %w", r.id.Short(), mapErr(err))
+	err := w.withLease(func(tx *Tx, lease int64) error {
+		for _, r := range batch {
+			var oid int64
+			err := tx.queryRow(qObjectOID, r.id[:]).Scan(&oid)
+			if err != nil {
+				r.ok = false
+				if isNoRows(err) {
+					continue
 				}
-				if _, err := tx.exec(qLeaseObject, w.lease, oid); err != nil {
-					if isCode(err, sqliteConstraint) {
-						return fmt.Errorf("writer lease %d (%s) is gone: gc judged it stale", w.lease, w.purpose)
-					}
-					return fmt.Errorf("retain object %s: %w", r.id.Short(), err)
-				}
-				r.ok = true
+				return fmt.Errorf("look up object %s: %w", r.id.Short(), mapErr(err))
 			}
-			return nil
-		})
-	}
+			if _, err := tx.exec(qLeaseObject, lease, oid); err != nil {
+				if isCode(err, sqliteConstraint) {
+					return fmt.Errorf("writer lease %d (%s) is gone: gc judged it stale", lease, w.purpose)
+				}
+				return fmt.Errorf("retain object %s: %w", r.id.Short(), err)
+			}
+			r.ok = true
+		}
+		return nil
+	})
 	if err != nil {
 		for _, r := range batch {
 			r.ok, r.err = false, fmt.Errorf("retain: %w", err)
