@@ -57,7 +57,7 @@ type counts struct {
 }
 
 var (
-	fullCounts  = counts{exec: 200, peer: 7, readWarm: 10, readCold: 3, commit: 20, peerCommit: 10, big: 3, runs: 12}
+	fullCounts  = counts{exec: 200, peer: 7, readWarm: 10, readCold: 3, commit: 20, peerCommit: 10, big: 3, runs: 100}
 	quickCounts = counts{exec: 20, peer: 2, readWarm: 3, readCold: 1, commit: 5, peerCommit: 2, big: 1, runs: 4}
 )
 

@@ -79,6 +79,9 @@ func durs(ds []time.Duration) []float64 {
 
 // fmtDur prints a duration in nanoseconds with three significant digits.
 func fmtDur(ns float64) string {
+	if ns < 0 {
+		return "−" + fmtDur(-ns)
+	}
 	switch {
 	case ns >= 10e9:
 		return fmt.Sprintf("%.1f s", ns/1e9)
