@@ -75,7 +75,7 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	}
 	out.LayersFreed, out.LayerBytes = len(ev.Removed), ev.Bytes
 	out.StaleRemoved = r.removeStale(wss)
-	r.cleanRuns()
+	r.cleanRuns(true)
 	return out, nil
 }
 

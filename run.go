@@ -147,7 +147,7 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.cleanRuns()
+	r.cleanRuns(false)
 	from := opts.From
 	if from == "" {
 		from = DefaultBranch
@@ -555,13 +555,18 @@ func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source,
 // a dead run is garbage whatever its store, and a store that was deleted
 // would otherwise leave its killed runs in memory until reboot. (Empty
 // directories stay: removing one could race with a run being created.)
-func (r *Repo) cleanRuns() {
+// The other stores' runs are swept by gc, and by a run at most once every
+// sweepEvery (a marker's mtime says when): looking through every store's
+// tmpfs directory cost a millisecond a run.
+func (r *Repo) cleanRuns(all bool) {
 	mine := r.runsRoot(false)
 	roots := []string{r.runsRoot(true), mine}
-	others, _ := filepath.Glob(filepath.Join(filepath.Dir(r.tmpfsRoot()), "*", runsDir))
-	for _, o := range others {
-		if o != mine {
-			roots = append(roots, o)
+	if all || r.sweepDue() {
+		others, _ := filepath.Glob(filepath.Join(filepath.Dir(r.tmpfsRoot()), "*", runsDir))
+		for _, o := range others {
+			if o != mine {
+				roots = append(roots, o)
+			}
 		}
 	}
 	for _, root := range roots {
@@ -586,6 +591,31 @@ func (r *Repo) cleanRuns() {
 			_ = removeAll(d)
 		}
 	}
+}
+
+// sweepEvery bounds how often a run sweeps other stores' dead runs.
+const sweepEvery = time.Minute
+
+// sweepDue reports whether this user's last sweep of every store's runs is
+// older than sweepEvery, and if so marks one as started now.
+func (r *Repo) sweepDue() bool {
+	marker := filepath.Join(filepath.Dir(r.tmpfsRoot()), ".swept")
+	var st unix.Stat_t
+	if unix.Stat(marker, &st) == nil && time.Since(time.Unix(st.Mtim.Unix())) < sweepEvery {
+		return false
+	}
+	now := time.Now()
+	if err := os.Chtimes(marker, now, now); err != nil {
+		if os.MkdirAll(filepath.Dir(marker), 0o700) != nil {
+			return false
+		}
+		f, err := os.OpenFile(marker, os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return false
+		}
+		f.Close()
+	}
+	return true
 }
 
 // runAlive reports whether the run in dir still has its process.

@@ -217,8 +217,8 @@ func TestRunKilled(t *testing.T) {
 	h.fsckClean()
 
 	// A run killed in a store that is then deleted: its tmpfs directory
-	// would stay in memory until reboot; any other store's next run
-	// sweeps it.
+	// would stay in memory until reboot; any other store's gc sweeps it
+	// (and its runs, at most once a minute).
 	other := newHome(t)
 	other.ok("import", src)
 	killRun(t, other, "strata-it-killed-other-"+strconv.Itoa(os.Getpid()))
@@ -226,7 +226,7 @@ func TestRunKilled(t *testing.T) {
 	if err := os.RemoveAll(other.dir); err != nil {
 		t.Fatal(err)
 	}
-	h.ok("run", "--", "true")
+	h.ok("gc")
 	for _, d := range orphans {
 		if _, err := os.Lstat(d); err == nil {
 			t.Errorf("the killed run of a deleted store is still there: %s", d)
