@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -184,12 +183,9 @@ func (r *Repo) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions
 // sandboxed exec would pay (the sandbox's target is to add under 1 ms). The
 // key covers the plan and libseccomp's version, which decide the program.
 func (r *Repo) compileSeccomp(f *seccomp.Filter) ([][]unix.SockFilter, error) {
-	plan, err := json.Marshal(f)
-	if err != nil {
-		return nil, err
-	}
+	key := f.Key()
 	_, lib := seccomp.Available()
-	sum := sha256.Sum256(append(append(plan, 0), lib...))
+	sum := sha256.Sum256(append(append(key[:], 0), lib...))
 	file := filepath.Join(r.home, "cache", "seccomp-"+hex.EncodeToString(sum[:12])+".bpf")
 	if b, err := os.ReadFile(file); err == nil {
 		if progs, ok := decodeBPF(b); ok {

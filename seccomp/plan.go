@@ -1,6 +1,8 @@
 package seccomp
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -78,6 +80,45 @@ type ArchRules struct {
 // accepts, the kernel kills a process that uses another.
 type Filter struct {
 	Arches []ArchRules `json:"arches"`
+}
+
+// Key is a digest of the plan: equal plans have equal keys, and any
+// change to an arch, a rule or an argument changes it. It is what a
+// cache of compiled programs is keyed by, and costs a few microseconds
+// where encoding the plan as JSON cost 0.3 ms in a fresh process, on
+// every sandboxed exec.
+func (f *Filter) Key() [32]byte {
+	h := sha256.New()
+	var b []byte
+	str := func(s string) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	num := func(v uint64) { b = binary.LittleEndian.AppendUint64(b, v) }
+	str("strata seccomp plan v1")
+	num(uint64(len(f.Arches)))
+	for _, a := range f.Arches {
+		str(a.Arch)
+		num(uint64(len(a.Rules)))
+		for _, r := range a.Rules {
+			str(r.Syscall)
+			num(uint64(r.Nr))
+			str(r.Errno)
+			num(uint64(len(r.Args)))
+			for _, x := range r.Args {
+				num(uint64(x.Index))
+				str(string(x.Op))
+				num(x.Value)
+				num(x.Mask)
+			}
+		}
+		h.Write(b)
+		b = b[:0]
+	}
+	h.Write(b)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // Rules returns the rules for arch, or nil.

@@ -265,3 +265,33 @@ func TestFilterJSON(t *testing.T) {
 		t.Error("JSON round trip changed the filter")
 	}
 }
+
+func TestFilterKey(t *testing.T) {
+	a, err := Plan(Agent(), "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Plan(Agent(), "amd64")
+	if a.Key() != b.Key() {
+		t.Fatal("equal plans, different keys")
+	}
+	s, _ := Plan(Strict(), "amd64")
+	if s.Key() == a.Key() {
+		t.Fatal("agent and strict plans share a key")
+	}
+	// Every field counts.
+	for name, change := range map[string]func(f *Filter){
+		"arch":    func(f *Filter) { f.Arches[0].Arch = "x" },
+		"syscall": func(f *Filter) { f.Arches[0].Rules[0].Syscall += "x" },
+		"errno":   func(f *Filter) { f.Arches[0].Rules[0].Errno = "ENOSYS" + f.Arches[0].Rules[0].Errno },
+		"nr":      func(f *Filter) { f.Arches[0].Rules[0].Nr++ },
+		"arg":     func(f *Filter) { f.Arches[0].Rules[0].Args = append(f.Arches[0].Rules[0].Args, Arg{Index: 1, Op: "eq", Value: 2}) },
+		"rule":    func(f *Filter) { f.Arches[0].Rules = f.Arches[0].Rules[1:] },
+	} {
+		c, _ := Plan(Agent(), "amd64")
+		change(c)
+		if c.Key() == a.Key() {
+			t.Errorf("changing the %s does not change the key", name)
+		}
+	}
+}
