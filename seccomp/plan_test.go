@@ -285,8 +285,10 @@ func TestFilterKey(t *testing.T) {
 		"syscall": func(f *Filter) { f.Arches[0].Rules[0].Syscall += "x" },
 		"errno":   func(f *Filter) { f.Arches[0].Rules[0].Errno = "ENOSYS" + f.Arches[0].Rules[0].Errno },
 		"nr":      func(f *Filter) { f.Arches[0].Rules[0].Nr++ },
-		"arg":     func(f *Filter) { f.Arches[0].Rules[0].Args = append(f.Arches[0].Rules[0].Args, Arg{Index: 1, Op: "eq", Value: 2}) },
-		"rule":    func(f *Filter) { f.Arches[0].Rules = f.Arches[0].Rules[1:] },
+		"arg": func(f *Filter) {
+			f.Arches[0].Rules[0].Args = append(f.Arches[0].Rules[0].Args, Arg{Index: 1, Op: "eq", Value: 2})
+		},
+		"rule": func(f *Filter) { f.Arches[0].Rules = f.Arches[0].Rules[1:] },
 	} {
 		c, _ := Plan(Agent(), "amd64")
 		change(c)
