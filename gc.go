@@ -62,13 +62,17 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	depth, err := r.maxLayers()
+	if err != nil {
+		return nil, err
+	}
 	// Layers: exclusive against workspaces being started, which hold the
 	// lock shared between computing their stack and mounting it.
 	unlock, err := r.layerLock(true)
 	if err != nil {
 		return nil, err
 	}
-	ev, err := snapshot.NewLayerCache(filepath.Join(r.home, layersDir)).Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute})
+	ev, err := snapshot.NewLayerCache(filepath.Join(r.home, layersDir)).Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute, MaxDepth: depth})
 	unlock()
 	if err != nil {
 		return nil, fmt.Errorf("gc: layers: %w", err)

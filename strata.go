@@ -61,6 +61,10 @@ type Repo struct {
 	// pending writers hold leases on objects that results handed out
 	// (a workspace diff's contents) until Close.
 	pending []*store.Writer
+
+	settingsOnce sync.Once
+	settings     Settings
+	settingsErr  error
 }
 
 // OpenOptions tune Open.

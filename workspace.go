@@ -367,8 +367,12 @@ func (r *Repo) layerStack(ctx context.Context, commit store.ID) ([]string, error
 	if nsexec.RealRoot() {
 		flavour = "trusted"
 	}
+	depth, err := r.maxLayers()
+	if err != nil {
+		return nil, err
+	}
 	lc := snapshot.NewLayerCache(filepath.Join(r.home, layersDir))
-	return lc.Stack(ctx, st, commit, snapshot.LayerOptions{Flavour: flavour, Chown: nsexec.RealRoot()})
+	return lc.Stack(ctx, st, commit, snapshot.LayerOptions{Flavour: flavour, Chown: nsexec.RealRoot(), MaxDepth: depth})
 }
 
 // features returns the overlay features of this kernel for this user,

@@ -374,3 +374,45 @@ func TestNoUserNamespaces(t *testing.T) {
 		t.Errorf("doctor without user namespaces: want exit 1 naming the sysctl, got %s", r)
 	}
 }
+
+// TestMaxLayers: a store whose stacks may be 2 layers deep gives a commit
+// with more below it one flattened layer, which holds everything; lowering
+// the limit under live workspaces is refused.
+func TestMaxLayers(t *testing.T) {
+	h := newHome(t)
+	h.ok("init", "--max-layers", "2")
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	h.ok("ws", "create", "a")
+	for i := 1; i <= 3; i++ {
+		h.ok("exec", "a", "--", "sh", "-c", fmt.Sprintf("echo %d > layer%d.txt", i, i))
+		h.ok("commit", "a", "-m", fmt.Sprint("layer ", i))
+	}
+	h.ok("ws", "create", "b", "--from", "ws/a")
+	if got := h.ok("exec", "b", "--", "cat", "layer1.txt", "layer2.txt", "layer3.txt").stdout; got != "1\n2\n3\n" {
+		t.Errorf("the flattened stack reads %q", got)
+	}
+	flavour := "user"
+	if os.Geteuid() == 0 {
+		flavour = "trusted"
+	}
+	var head struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(h.ok("--json", "log", "ws/a", "-n", "1").stdout), &head); err != nil || head.ID == "" {
+		t.Fatalf("log: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "layers", flavour, head.ID+".full")); err != nil {
+		all, _ := filepath.Glob(filepath.Join(h.dir, "layers", flavour, "*"))
+		t.Errorf("the head %s, 4 layers deep, has no flattened layer: %v (layers: %v)", head.ID[:12], err, all)
+	}
+	h.fails(3, "init", "--max-layers", "1")
+	h.fails(2, "init", "--max-layers", "501")
+	h.ok("init", "--max-layers", "8")
+	h.ok("gc")
+	if got := h.ok("exec", "b", "--", "cat", "layer3.txt").stdout; got != "3\n" {
+		t.Errorf("after gc: %q", got)
+	}
+	h.fsckClean()
+}

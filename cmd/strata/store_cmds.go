@@ -23,6 +23,9 @@ func storeCommands(e *env) []*cli.Command {
 			Name:      "init",
 			Usage:     "create the store (idempotent)",
 			ArgsUsage: " ",
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "max-layers", Usage: "the deepest layer stack a workspace mounts before a commit gets one flattened layer (1-500; default 64); a store setting"},
+			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() > 0 {
 					return usagef("init takes no arguments")
@@ -32,8 +35,20 @@ func storeCommands(e *env) []*cli.Command {
 					return err
 				}
 				defer r.Close()
-				return e.out(map[string]string{"home": r.Home()}, func(w io.Writer) {
-					fmt.Fprintf(w, "store ready at %s\n", r.Home())
+				if c.IsSet("max-layers") {
+					if err := r.SetMaxLayers(c.Context, c.Int("max-layers")); err != nil {
+						return err
+					}
+				}
+				s, err := r.Settings()
+				if err != nil {
+					return err
+				}
+				if s.MaxLayers == 0 {
+					s.MaxLayers = 64
+				}
+				return e.out(map[string]any{"home": r.Home(), "max_layers": s.MaxLayers}, func(w io.Writer) {
+					fmt.Fprintf(w, "store ready at %s (max layers %d)\n", r.Home(), s.MaxLayers)
 				})
 			},
 		},

@@ -1,0 +1,126 @@
+package strata
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/stratafs/strata/snapshot"
+	"github.com/stratafs/strata/store"
+)
+
+// settingsFile holds the store's settings, beside strata.db.
+const settingsFile = "settings.json"
+
+// Settings are a store's settings: they hold for every process that uses
+// the store, so that all of them agree (gc keeps the layers that the
+// stacks of the others need).
+type Settings struct {
+	// MaxLayers is the deepest layer stack a workspace mounts: a commit
+	// with more layers below it gets one flattened layer instead (built
+	// once, cached like the others). 0 means snapshot.DefaultMaxDepth (64).
+	MaxLayers int `json:"max_layers,omitempty"`
+}
+
+// maxLayersLimit bounds MaxLayers: overlayfs takes at most 500 lower
+// layers (OVL_MAX_STACK).
+const maxLayersLimit = 500
+
+// Settings returns the store's settings (defaults where unset).
+func (r *Repo) Settings() (Settings, error) {
+	r.settingsOnce.Do(func() {
+		b, err := os.ReadFile(filepath.Join(r.home, settingsFile))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			r.settingsErr = err
+		default:
+			if err := json.Unmarshal(b, &r.settings); err != nil {
+				r.settingsErr = fmt.Errorf("%s: %w", filepath.Join(r.home, settingsFile), err)
+			}
+		}
+	})
+	return r.settings, r.settingsErr
+}
+
+// maxLayers is Settings().MaxLayers with its default applied.
+func (r *Repo) maxLayers() (int, error) {
+	s, err := r.Settings()
+	if err != nil {
+		return 0, err
+	}
+	if s.MaxLayers <= 0 {
+		return snapshot.DefaultMaxDepth, nil
+	}
+	return s.MaxLayers, nil
+}
+
+// SetMaxLayers changes the store's layer stack limit (1-500). Lowering it
+// while workspaces exist is refused: gc keeps the layers the limit says a
+// stack can use, and a running workspace may have mounted a deeper one.
+func (r *Repo) SetMaxLayers(ctx context.Context, n int) error {
+	if n < 1 || n > maxLayersLimit {
+		return fmt.Errorf("max layers %d: want 1 to %d (overlayfs stacks at most %d layers): %w", n, maxLayersLimit, maxLayersLimit, ErrInvalidName)
+	}
+	cur, err := r.maxLayers()
+	if err != nil {
+		return err
+	}
+	if n == cur {
+		return nil
+	}
+	if n < cur {
+		var wss []store.Workspace
+		if err := r.view(ctx, func(tx *store.Tx) error {
+			var err error
+			wss, err = tx.Workspaces()
+			return err
+		}); err != nil {
+			return err
+		}
+		if len(wss) > 0 {
+			return fmt.Errorf("max layers: lowering %d to %d while %d workspaces exist could evict layers they have mounted; remove them first: %w", cur, n, len(wss), ErrConflict)
+		}
+	}
+	s, _ := r.Settings()
+	s.MaxLayers = n
+	b, _ := json.MarshalIndent(s, "", "  ")
+	if err := writeFileAtomic(filepath.Join(r.home, settingsFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("max layers: %w", err)
+	}
+	r.settings = s
+	return nil
+}
+
+// writeFileAtomic writes a file through a synced temporary file renamed
+// over it, and syncs the directory.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
