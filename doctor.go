@@ -273,10 +273,11 @@ func cgroupCheck() Check {
 }
 
 // subIDCheck reports newuidmap/newgidmap and subordinate id ranges, which
-// let a workspace map more than the caller's own uid.
+// would let a workspace map more than the caller's own uid. strata does not
+// use them yet (README.md, "Limitations"): the check says what is there.
 func subIDCheck() Check {
 	c := Check{Name: "subordinate ids", Optional: true}
-	const disables = "mapping more than your own uid/gid inside workspaces (files owned by other users appear as nobody)"
+	const disables = "nothing yet (strata maps only your own uid/gid; other owners appear as nobody)"
 	_, e1 := exec.LookPath("newuidmap")
 	_, e2 := exec.LookPath("newgidmap")
 	if e1 != nil || e2 != nil {
@@ -292,7 +293,7 @@ func subIDCheck() Check {
 		return c
 	}
 	c.OK = true
-	c.Detail = "newuidmap and a /etc/subuid range for " + name
+	c.Detail = "newuidmap and a /etc/subuid range for " + name + " (not used yet: workspaces map only your own uid and gid)"
 	return c
 }
 
