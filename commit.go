@@ -47,7 +47,7 @@ type wsTree struct {
 //
 // With deferStatCache the stat cache's update is left to the caller's
 // Finish (result.SaveStatCache).
-func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer, warn func(path, msg string), deferStatCache ...bool) (*wsTree, error) {
+func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer, warn func(path, msg string), deferStatCache bool) (*wsTree, error) {
 	w, x, err := r.loadWorkspace(ctx, name)
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 		StatCacheRoot:  x.Upper,
 		BaseStats:      &mountBase.Stats,
 		Warn:           warn,
-		DeferStatCache: len(deferStatCache) > 0 && deferStatCache[0],
+		DeferStatCache: deferStatCache,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q: %w", name, err)

@@ -116,7 +116,7 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	if err != nil {
 		return nil, nil, err
 	}
-	wt, err := r.workspaceTree(ctx, name, wr, nil)
+	wt, err := r.workspaceTree(ctx, name, wr, nil, false)
 	if err != nil {
 		wr.Abort()
 		return nil, nil, err

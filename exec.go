@@ -198,13 +198,7 @@ func (r *Repo) compileSeccomp(f *seccomp.Filter) ([][]unix.SockFilter, error) {
 	}
 	// A cache that cannot be written (a read-only store) only costs time.
 	if os.MkdirAll(filepath.Dir(file), 0o700) == nil {
-		if tmp, err := os.CreateTemp(filepath.Dir(file), ".bpf-"); err == nil {
-			_, werr := tmp.Write(encodeBPF(progs))
-			if tmp.Close() == nil && werr == nil {
-				_ = os.Rename(tmp.Name(), file)
-			}
-			_ = os.Remove(tmp.Name())
-		}
+		_ = writeFileAtomic(file, encodeBPF(progs))
 	}
 	return progs, nil
 }

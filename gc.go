@@ -62,7 +62,7 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	depth, err := r.maxLayers()
+	depth, err := r.MaxLayers()
 	if err != nil {
 		return nil, err
 	}

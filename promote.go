@@ -235,7 +235,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyRe
 					return nil, err
 				}
 				defer wr.Abort()
-				wt, err := r.workspaceTree(ctx, arg, wr, nil)
+				wt, err := r.workspaceTree(ctx, arg, wr, nil, false)
 				if err != nil {
 					return nil, err
 				}

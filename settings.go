@@ -46,8 +46,9 @@ func (r *Repo) Settings() (Settings, error) {
 	return r.settings, r.settingsErr
 }
 
-// maxLayers is Settings().MaxLayers with its default applied.
-func (r *Repo) maxLayers() (int, error) {
+// MaxLayers is the store's layer stack limit: Settings().MaxLayers, or
+// snapshot.DefaultMaxDepth when unset.
+func (r *Repo) MaxLayers() (int, error) {
 	s, err := r.Settings()
 	if err != nil {
 		return 0, err
@@ -65,7 +66,7 @@ func (r *Repo) SetMaxLayers(ctx context.Context, n int) error {
 	if n < 1 || n > maxLayersLimit {
 		return fmt.Errorf("max layers %d: want 1 to %d (overlayfs stacks at most %d layers): %w", n, maxLayersLimit, maxLayersLimit, ErrInvalidName)
 	}
-	cur, err := r.maxLayers()
+	cur, err := r.MaxLayers()
 	if err != nil {
 		return err
 	}

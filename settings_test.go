@@ -16,7 +16,7 @@ func TestSetMaxLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if n, err := r.maxLayers(); err != nil || n != 64 {
+	if n, err := r.MaxLayers(); err != nil || n != 64 {
 		t.Fatalf("default = %d, %v; want 64", n, err)
 	}
 	for _, bad := range []int{0, -1, 501} {
@@ -33,7 +33,7 @@ func TestSetMaxLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r2.Close()
-	if n, _ := r2.maxLayers(); n != 100 {
+	if n, _ := r2.MaxLayers(); n != 100 {
 		t.Fatalf("reopened: max layers %d, want 100", n)
 	}
 	// With a workspace, lowering is refused and raising is not.
@@ -48,7 +48,7 @@ func TestSetMaxLayers(t *testing.T) {
 	if err := r.SetMaxLayers(ctx, 200); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := r.maxLayers(); n != 200 {
+	if n, _ := r.MaxLayers(); n != 200 {
 		t.Fatalf("max layers %d, want 200", n)
 	}
 }

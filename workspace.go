@@ -367,7 +367,7 @@ func (r *Repo) layerStack(ctx context.Context, commit store.ID) ([]string, error
 	if nsexec.RealRoot() {
 		flavour = "trusted"
 	}
-	depth, err := r.maxLayers()
+	depth, err := r.MaxLayers()
 	if err != nil {
 		return nil, err
 	}

@@ -234,31 +234,17 @@ func (p *planner) diffDir(a, b store.ID, rel string, depth int) (*pdir, error) {
 		return nil, err
 	}
 	d := newPdir()
-	i, j := 0, 0
-	for i < len(ta.Entries) || j < len(tb.Entries) {
-		var ea, eb *store.TreeEntry
-		switch {
-		case j == len(tb.Entries) || (i < len(ta.Entries) && ta.Entries[i].Name < tb.Entries[j].Name):
-			ea = &ta.Entries[i]
-			i++
-		case i == len(ta.Entries) || tb.Entries[j].Name < ta.Entries[i].Name:
-			eb = &tb.Entries[j]
-			j++
-		default:
-			ea, eb = &ta.Entries[i], &tb.Entries[j]
-			i++
-			j++
-		}
+	if err := zipEntries(ta.Entries, tb.Entries, func(ea, eb *store.TreeEntry) error {
 		switch {
 		case eb == nil: // deleted: a whiteout hides it and all under it
 			d.entries[ea.Name] = &pnode{}
 			if err := p.removed(ea, joinRel(rel, ea.Name)); err != nil {
-				return nil, err
+				return err
 			}
 		case ea == nil: // added
 			d.entries[eb.Name] = &pnode{e: eb}
 			if err := p.written(eb, joinRel(rel, eb.Name), depth+1); err != nil {
-				return nil, err
+				return err
 			}
 		case ea.Content == eb.Content && sameMeta(ea, eb):
 			// unchanged
@@ -267,7 +253,7 @@ func (p *planner) diffDir(a, b store.ID, rel string, depth int) (*pdir, error) {
 			// whiteouts for what was deleted.
 			sub, err := p.diffDir(ea.Content, eb.Content, joinRel(rel, eb.Name), depth+1)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if sub == nil {
 				sub = newPdir() // only the directory's own metadata changed
@@ -279,12 +265,15 @@ func (p *planner) diffDir(a, b store.ID, rel string, depth int) (*pdir, error) {
 			d.entries[eb.Name] = &pnode{e: eb, shadow: true, opaque: eb.Type == store.TypeDir}
 			crel := joinRel(rel, eb.Name)
 			if err := p.removed(ea, crel); err != nil {
-				return nil, err
+				return err
 			}
 			if err := p.written(eb, crel, depth+1); err != nil {
-				return nil, err
+				return err
 			}
 		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	if len(d.entries) == 0 {
 		return nil, nil

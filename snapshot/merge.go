@@ -468,21 +468,7 @@ func (m *merger) diffTrees(a, b store.ID, rel string, depth int) error {
 	if err != nil {
 		return err
 	}
-	i, j := 0, 0
-	for i < len(ta.Entries) || j < len(tb.Entries) {
-		var ea, eb *store.TreeEntry
-		switch {
-		case j == len(tb.Entries) || (i < len(ta.Entries) && ta.Entries[i].Name < tb.Entries[j].Name):
-			ea = &ta.Entries[i]
-			i++
-		case i == len(ta.Entries) || tb.Entries[j].Name < ta.Entries[i].Name:
-			eb = &tb.Entries[j]
-			j++
-		default:
-			ea, eb = &ta.Entries[i], &tb.Entries[j]
-			i++
-			j++
-		}
+	return zipEntries(ta.Entries, tb.Entries, func(ea, eb *store.TreeEntry) error {
 		name := ""
 		if ea != nil {
 			name = ea.Name
@@ -492,8 +478,8 @@ func (m *merger) diffTrees(a, b store.ID, rel string, depth int) error {
 		if err := m.diffEntries(ea, eb, joinRel(rel, name), depth); err != nil {
 			return err
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // mergeMeta merges the metadata of eo and et (same type) over eb (nil: no

@@ -199,21 +199,7 @@ func diffRec(ctx context.Context, tg treeGetter, a, b store.ID, prefix string, o
 	if err != nil {
 		return err
 	}
-	i, j := 0, 0
-	for i < len(ta.Entries) || j < len(tb.Entries) {
-		var ea, eb *store.TreeEntry
-		switch {
-		case j == len(tb.Entries) || (i < len(ta.Entries) && ta.Entries[i].Name < tb.Entries[j].Name):
-			ea = &ta.Entries[i]
-			i++
-		case i == len(ta.Entries) || tb.Entries[j].Name < ta.Entries[i].Name:
-			eb = &tb.Entries[j]
-			j++
-		default:
-			ea, eb = &ta.Entries[i], &tb.Entries[j]
-			i++
-			j++
-		}
+	return zipEntries(ta.Entries, tb.Entries, func(ea, eb *store.TreeEntry) error {
 		var p string
 		if ea != nil {
 			p = joinRel(prefix, ea.Name)
@@ -249,8 +235,8 @@ func diffRec(ctx context.Context, tg treeGetter, a, b store.ID, prefix string, o
 		case !sameMeta(ea, eb) || ea.Content != eb.Content:
 			*out = append(*out, Change{Path: p, Op: Modified, Old: ea, New: eb})
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // diffSide reports everything under e (if a directory) with op.
@@ -279,4 +265,30 @@ func sameMeta(a, b *store.TreeEntry) bool {
 		slices.EqualFunc(a.Xattrs, b.Xattrs, func(x, y store.Xattr) bool {
 			return x.Name == y.Name && bytes.Equal(x.Value, y.Value)
 		})
+}
+
+// zipEntries walks two name-sorted entry lists side by side and calls fn
+// once per name: with both entries, or with nil for the side that lacks
+// it. It stops at fn's first error.
+func zipEntries(a, b []store.TreeEntry, fn func(ea, eb *store.TreeEntry) error) error {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		var ea, eb *store.TreeEntry
+		switch {
+		case j == len(b) || (i < len(a) && a[i].Name < b[j].Name):
+			ea = &a[i]
+			i++
+		case i == len(a) || b[j].Name < a[i].Name:
+			eb = &b[j]
+			j++
+		default:
+			ea, eb = &a[i], &b[j]
+			i++
+			j++
+		}
+		if err := fn(ea, eb); err != nil {
+			return err
+		}
+	}
+	return nil
 }

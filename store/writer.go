@@ -92,8 +92,9 @@ type pendingObject struct {
 	data  []byte // stored form
 }
 
-// NewWriter starts a Writer and records its lease. purpose says what the
-// Writer is for ("import /src", "commit ws/a"), for gc and fsck reports.
+// NewWriter starts a Writer; its lease is taken with its first transaction
+// (see Writer). purpose says what the Writer is for ("import /src",
+// "commit ws/a"), for gc and fsck reports.
 func (s *Store) NewWriter(ctx context.Context, purpose string) (*Writer, error) {
 	if s.ro {
 		return nil, fmt.Errorf("new writer: %w", ErrReadOnly)

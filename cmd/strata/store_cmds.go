@@ -40,15 +40,12 @@ func storeCommands(e *env) []*cli.Command {
 						return err
 					}
 				}
-				s, err := r.Settings()
+				n, err := r.MaxLayers()
 				if err != nil {
 					return err
 				}
-				if s.MaxLayers == 0 {
-					s.MaxLayers = 64
-				}
-				return e.out(map[string]any{"home": r.Home(), "max_layers": s.MaxLayers}, func(w io.Writer) {
-					fmt.Fprintf(w, "store ready at %s (max layers %d)\n", r.Home(), s.MaxLayers)
+				return e.out(map[string]any{"home": r.Home(), "max_layers": n}, func(w io.Writer) {
+					fmt.Fprintf(w, "store ready at %s (max layers %d)\n", r.Home(), n)
 				})
 			},
 		},

@@ -103,7 +103,8 @@ func runRuns(b *Bench) error {
 		// The same without npm's own variance (±100 ms from one npm test
 		// to the next, more than the target): fork + patch + `true` +
 		// discard against spawning /bin/true, interleaved.
-		trueArgv := append(b.runArgv(patch)[:len(b.runArgv(patch))-2], "true")
+		argv := b.runArgv(patch)
+		trueArgv := append(argv[:len(argv)-2], "true") // "npm", "test" → "true"
 		var spawn, runTrue, overTrue []time.Duration
 		for i := 0; i < b.cfg.n.exec; i++ {
 			_, dt, err := b.run("", nil, "/bin/true")
