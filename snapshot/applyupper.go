@@ -936,30 +936,6 @@ func (a *applyUpperState) readContent() error {
 		return nil
 	}
 
-	ctx, cancel := context.WithCancel(a.ctx)
-	defer cancel()
-	var (
-		errOnce  sync.Once
-		firstErr error
-	)
-	fail := func(err error) { errOnce.Do(func() { firstErr = err; cancel() }) }
-
-	reads := make(chan *upFile, 256)
-	var readers sync.WaitGroup
-	for i := 0; i < a.cfg.workers; i++ {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			buf := make([]byte, 0, 64<<10)
-			for f := range reads {
-				if ctx.Err() == nil {
-					if err := a.obtain(f, &buf); err != nil {
-						fail(err)
-					}
-				}
-			}
-		}()
-	}
 	var hits, misses []*upFile
 	for _, f := range jobs {
 		if _, ok := a.cacheMatch(f); ok {
@@ -968,58 +944,21 @@ func (a *applyUpperState) readContent() error {
 			misses = append(misses, f)
 		}
 	}
-	hitCh := make(chan *upFile)
-	var retainersWG sync.WaitGroup
-	for i := 0; i < min(retainers, len(hits)); i++ {
-		retainersWG.Add(1)
-		go func() {
-			defer retainersWG.Done()
-			for f := range hitCh {
-				if ctx.Err() != nil {
-					continue
-				}
-				ce, _ := a.cacheMatch(f)
-				ok, err := a.w.Retain(ce.Content)
-				switch {
-				case err != nil:
-					fail(fmt.Errorf("%s: retain cached content: %w", f.path, err))
-				case ok:
-					f.e.Content, f.e.Size = ce.Content, ce.Size
-					f.cached = &ce
-					a.cacheHits.Add(1)
-					a.finish(f)
-				default: // gone from the store (gc): read the file
-					select {
-					case reads <- f:
-					case <-ctx.Done():
-					}
-				}
-			}
-		}()
-	}
-	go func() {
-		defer close(hitCh)
-		for _, f := range hits {
-			select {
-			case hitCh <- f:
-			case <-ctx.Done():
-				return
-			}
+	confirm := func(f *upFile) (bool, error) {
+		ce, _ := a.cacheMatch(f)
+		ok, err := a.w.Retain(ce.Content)
+		if err != nil {
+			return false, fmt.Errorf("%s: retain cached content: %w", f.path, err)
 		}
-	}()
-	for _, f := range misses {
-		if ctx.Err() != nil {
-			break
+		if ok {
+			f.e.Content, f.e.Size = ce.Content, ce.Size
+			f.cached = &ce
+			a.cacheHits.Add(1)
+			a.finish(f)
 		}
-		reads <- f
+		return ok, nil // not ok: gone from the store (gc), read the file
 	}
-	retainersWG.Wait()
-	close(reads)
-	readers.Wait()
-	if firstErr == nil {
-		firstErr = a.ctx.Err()
-	}
-	return firstErr
+	return cachedReads(a.ctx, a.cfg.workers, hits, misses, confirm, a.obtain)
 }
 
 // cacheMatch returns f's stat cache entry if f's stat is unchanged.

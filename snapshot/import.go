@@ -520,12 +520,6 @@ func (im *importer) linkGroups(root *node) []*node {
 	return files
 }
 
-// retainers is how many goroutines call Writer.Retain at once. Each call
-// must reach the database before it returns (gc must see the claim), and
-// the Writer serves concurrent calls in one transaction: many callers make
-// few, large transactions.
-const retainers = 256
-
 // readFiles obtains the content of files: those whose stat matches the
 // stat cache are retained (on retainers goroutines), the others, and those
 // whose cached content is gone, are read (on cfg.workers goroutines).
@@ -542,93 +536,27 @@ func (im *importer) readFiles(files []*node) error {
 	}
 	im.prog.phase(PhaseRead, int64(len(files)), total)
 
-	ctx, cancel := context.WithCancel(im.ctx)
-	defer cancel()
-	var (
-		errOnce  sync.Once
-		firstErr error
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; cancel() })
-	}
-
-	reads := make(chan *node, 256)
-	var readers sync.WaitGroup
-	for i := 0; i < im.cfg.workers; i++ {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			buf := make([]byte, 0, 64<<10)
-			for n := range reads {
-				if ctx.Err() != nil {
-					continue
-				}
-				if err := im.read(n, &buf); err != nil {
-					fail(err)
-				}
-			}
-		}()
-	}
-
-	retains := make(chan *node)
-	var retainersWG sync.WaitGroup
-	for i := 0; i < min(retainers, len(hits)); i++ {
-		retainersWG.Add(1)
-		go func() {
-			defer retainersWG.Done()
-			for n := range retains {
-				if ctx.Err() != nil {
-					continue
-				}
-				if err := im.fileXattrs(n); err != nil {
-					fail(err)
-					continue
-				}
-				if n.dropped {
-					im.finishFile(n)
-					im.prog.add(1, 0)
-					continue
-				}
-				ce, _ := im.cacheMatch(n)
-				ok, err := im.w.Retain(ce.Content) // ZeroID (empty) is always there
-				switch {
-				case err != nil:
-					fail(fmt.Errorf("%s: retain cached content: %w", n.rel, err))
-				case ok:
-					im.useCache(n, ce)
-				default: // gone from the store (gc): read the file
-					select {
-					case reads <- n:
-					case <-ctx.Done():
-					}
-				}
-			}
-		}()
-	}
-	go func() {
-		defer close(retains)
-		for _, n := range hits {
-			select {
-			case retains <- n:
-			case <-ctx.Done():
-				return
-			}
+	confirm := func(n *node) (bool, error) {
+		if err := im.fileXattrs(n); err != nil {
+			return false, err
 		}
-	}()
-	for _, n := range misses {
-		if ctx.Err() != nil {
-			break
+		if n.dropped {
+			im.finishFile(n)
+			im.prog.add(1, 0)
+			return true, nil
 		}
-		reads <- n
+		ce, _ := im.cacheMatch(n)
+		ok, err := im.w.Retain(ce.Content) // ZeroID (empty) is always there
+		if err != nil {
+			return false, fmt.Errorf("%s: retain cached content: %w", n.rel, err)
+		}
+		if ok {
+			im.useCache(n, ce)
+		}
+		return ok, nil // not ok: gone from the store (gc), read the file
 	}
-	retainersWG.Wait()
-	close(reads)
-	readers.Wait()
-	if firstErr == nil {
-		firstErr = im.ctx.Err()
-	}
-	if firstErr != nil {
-		return firstErr
+	if err := cachedReads(im.ctx, im.cfg.workers, hits, misses, confirm, im.read); err != nil {
+		return err
 	}
 	im.prog.flush()
 	return nil
