@@ -55,6 +55,8 @@ type BatchOptions struct {
 	Out      string // results file (JSON lines); jobs already in it are skipped
 	Output   string // per-job stdout/stderr under Output/<id>/
 	Sandbox  SandboxOptions
+	// SubIDs maps the user's subordinate ids in every job (RunOptions).
+	SubIDs bool
 	// Progress is called after each job with (done, total).
 	Progress func(done, total int)
 	// Kind classifies an error for the result line (the CLI's kinds).
@@ -221,7 +223,7 @@ func (r *Repo) runJob(ctx context.Context, file string, i int, j Job, opts Batch
 
 // jobOptions turns a job into run options.
 func jobOptions(file string, j Job, opts BatchOptions) (RunOptions, error) {
-	ro := RunOptions{From: j.From, Cwd: j.Cwd, CommitBranch: j.Commit, Keep: j.Keep, Protect: j.Protect, Sandbox: opts.Sandbox}
+	ro := RunOptions{From: j.From, Cwd: j.Cwd, CommitBranch: j.Commit, Keep: j.Keep, Protect: j.Protect, Sandbox: opts.Sandbox, SubIDs: opts.SubIDs}
 	if j.Sandbox != "" {
 		ro.Sandbox.Mode = j.Sandbox
 	}

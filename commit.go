@@ -69,6 +69,9 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 		return nil, err
 	}
 	out := &wsTree{w: w, x: x, base: base}
+	if err := needSubIDNS(name, x); err != nil {
+		return nil, err
+	}
 	if dirEmpty(x.Upper) {
 		out.tree = mountBase.Tree
 		out.result = &snapshot.ApplyResult{Tree: mountBase.Tree, Stats: mountBase.Stats}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strings"
 
@@ -272,49 +270,27 @@ func cgroupCheck() Check {
 	return c
 }
 
-// subIDCheck reports newuidmap/newgidmap and subordinate id ranges, which
-// would let a workspace map more than the caller's own uid. strata does not
-// use them yet (README.md, "Limitations"): the check says what is there.
+// subIDCheck reports whether --subids workspaces can map the user's
+// subordinate ids: newuidmap/newgidmap and ranges in /etc/subuid and
+// /etc/subgid (nsexec.SubIDMaps). Root needs none.
 func subIDCheck() Check {
 	c := Check{Name: "subordinate ids", Optional: true}
-	const disables = "nothing yet (strata maps only your own uid/gid; other owners appear as nobody)"
-	_, e1 := exec.LookPath("newuidmap")
-	_, e2 := exec.LookPath("newgidmap")
-	if e1 != nil || e2 != nil {
-		c.Detail, c.Disables = "newuidmap/newgidmap not installed (Debian package uidmap)", disables
+	if nsexec.RealRoot() {
+		c.OK, c.Detail = true, "root: every id is available to --subids workspaces"
 		return c
 	}
-	name := fmt.Sprint(os.Getuid())
-	if u, err := lookupUserName(os.Getuid()); err == nil {
-		name = u
-	}
-	if !hasSubID("/etc/subuid", name, os.Getuid()) {
-		c.Detail, c.Disables = "no range for "+name+" in /etc/subuid", disables
+	m, err := nsexec.SubIDMaps()
+	if err != nil {
+		c.Detail, c.Disables = err.Error(), "--subids (workspaces map only your own uid and gid; other owners appear as nobody)"
 		return c
+	}
+	n := func(rs []nsexec.IDRange) (sum uint64) {
+		for _, r := range rs[1:] { // the first is the user's own id
+			sum += uint64(r.Size)
+		}
+		return sum
 	}
 	c.OK = true
-	c.Detail = "newuidmap and a /etc/subuid range for " + name + " (not used yet: workspaces map only your own uid and gid)"
+	c.Detail = fmt.Sprintf("newuidmap/newgidmap and %d subordinate uids, %d gids for --subids workspaces", n(m.UIDs), n(m.GIDs))
 	return c
-}
-
-func hasSubID(file, name string, uid int) bool {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.SplitN(line, ":", 2)
-		if len(f) == 2 && (f[0] == name || f[0] == fmt.Sprint(uid)) {
-			return true
-		}
-	}
-	return false
-}
-
-func lookupUserName(uid int) (string, error) {
-	u, err := user.LookupId(fmt.Sprint(uid))
-	if err != nil {
-		return "", err
-	}
-	return u.Username, nil
 }

@@ -34,7 +34,10 @@ type RunOptions struct {
 	PatchData []byte // a git-style unified diff applied before the command
 	PatchName string // where PatchData came from, for messages
 	Disk      bool   // upper on disk instead of a tmpfs
-	Timeout   time.Duration
+	// SubIDs maps the user's subordinate ids (WorkspaceOptions.SubIDs);
+	// rootless, the caller runs in their namespace (nsexec.EnterSubIDs).
+	SubIDs  bool
+	Timeout time.Duration
 	// Keep leaves the workspace (named in the result) whatever the outcome.
 	Keep bool
 	// CommitBranch commits the change to this branch when the command
@@ -133,6 +136,9 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	if opts.Keep && opts.CommitBranch != "" {
 		return nil, fmt.Errorf("run: --keep and --commit exclude each other: %w", ErrInvalidName)
 	}
+	if err := checkSubIDs(opts.SubIDs); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
 	if opts.CommitBranch != "" {
 		if err := store.ValidateBranchName(opts.CommitBranch); err != nil {
 			return nil, err
@@ -166,6 +172,11 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	}
 
 	// Fork: a run directory with upper and work, registered by its pid.
+	if !opts.Disk {
+		if err := r.markTmpfsRoot(); err != nil {
+			return nil, fmt.Errorf("run: tmpfs: %w", err)
+		}
+	}
 	dir := filepath.Join(r.runsRoot(opts.Disk), res.ID)
 	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 	if err := mkdirs(0o700, upper, work); err != nil {
@@ -217,7 +228,7 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	spec := nsexec.Spec{
 		Name: "run-" + res.ID, Dir: dir, Lowers: lowers, Upper: upper, Work: work,
 		Target: mountTarget(dir, base.Source), Features: feat, Volatile: !opts.Disk,
-		Binds: gitBinds(base.Source),
+		Binds: gitBinds(base.Source), SubIDs: opts.SubIDs,
 	}
 	if spec.Target == filepath.Join(dir, "merged") {
 		_ = os.MkdirAll(spec.Target, 0o700)
@@ -293,7 +304,7 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 		t = phase("commit", t)
 	case opts.Keep:
 		name := "run-" + res.ID
-		if err := r.adoptRun(ctx, name, res.From, base.Source, dir, upper, work, !opts.Disk); err != nil {
+		if err := r.adoptRun(ctx, name, res.From, base.Source, dir, upper, work, !opts.Disk, opts.SubIDs); err != nil {
 			return res, err
 		}
 		keepDir = true
@@ -506,7 +517,7 @@ func matchParts(g, p []string) bool {
 }
 
 // adoptRun registers a kept run as a workspace named name.
-func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source, dir, upper, work string, tmpfs bool) error {
+func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source, dir, upper, work string, tmpfs, subIDs bool) error {
 	wsdir := r.wsDir(name)
 	if err := mkdirs(0o700, filepath.Join(wsdir, "merged")); err != nil {
 		return err
@@ -533,7 +544,7 @@ func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source,
 		upper, work = filepath.Join(tdir, "upper"), filepath.Join(tdir, "work")
 	}
 	_ = os.Remove(filepath.Join(dir, runStateFile))
-	x := wsExtra{Upper: upper, Work: work, Tmpfs: tmpfs, Source: source, Fork: base.String(), MountBase: base.String()}
+	x := wsExtra{Upper: upper, Work: work, Tmpfs: tmpfs, SubIDs: subIDs, Source: source, Fork: base.String(), MountBase: base.String()}
 	extra, _ := json.Marshal(x)
 	branch := wsBranchPrefix + name
 	return r.update(ctx, func(tx *store.Tx) error {
@@ -562,6 +573,7 @@ func (r *Repo) cleanRuns(all bool) {
 	mine := r.runsRoot(false)
 	roots := []string{r.runsRoot(true), mine}
 	if all || r.sweepDue() {
+		r.sweepDeletedStores()
 		others, _ := filepath.Glob(filepath.Join(filepath.Dir(r.tmpfsRoot()), "*", runsDir))
 		for _, o := range others {
 			if o != mine {
@@ -591,6 +603,36 @@ func (r *Repo) cleanRuns(all bool) {
 			_ = removeAll(d)
 		}
 	}
+}
+
+// sweepDeletedStores removes the tmpfs directories of this user's stores
+// that no longer exist (their database is gone), with their kept tmpfs
+// workspaces and dead runs, which would otherwise hold memory until
+// reboot. A directory touched in the last two seconds stays: a store
+// created again at the same path (its database is new) may be starting to
+// use it.
+func (r *Repo) sweepDeletedStores() {
+	dirs, _ := filepath.Glob(filepath.Join(filepath.Dir(r.tmpfsRoot()), "*", tmpfsOwner))
+	for _, marker := range dirs {
+		d := filepath.Dir(marker)
+		home, err := os.ReadFile(marker)
+		if err != nil || d == r.tmpfsRoot() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(string(home), dbName)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if recentlyChanged(d, 2*time.Second) || recentlyChanged(filepath.Join(d, runsDir), 2*time.Second) {
+			continue
+		}
+		_ = removeAll(d)
+	}
+}
+
+// recentlyChanged reports whether p's metadata changed within d.
+func recentlyChanged(p string, d time.Duration) bool {
+	var st unix.Stat_t
+	return unix.Lstat(p, &st) == nil && time.Since(time.Unix(st.Ctim.Unix())) < d
 }
 
 // sweepEvery bounds how often a run sweeps other stores' dead runs.
@@ -657,7 +699,8 @@ func (r *Repo) liveRunBases() []store.ID {
 func procSelfStart() (int, uint64, error) { return procStart(os.Getpid()) }
 
 // procStart reads a process's start time (clock ticks after boot), which
-// tells it from a later process reusing its pid.
+// tells it from a later process reusing its pid. A process that has
+// exited but is not reaped yet (a zombie) is not there.
 func procStart(pid int) (int, uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -670,6 +713,9 @@ func procStart(pid int) (int, uint64, error) {
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 20 {
 		return pid, 0, errors.New("malformed stat")
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return pid, 0, fmt.Errorf("process %d has exited", pid)
 	}
 	v, err := strconv.ParseUint(f[19], 10, 64)
 	return pid, v, err

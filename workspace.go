@@ -44,6 +44,12 @@ type WorkspaceOptions struct {
 	// Tmpfs keeps upper and work on a tmpfs (/dev/shm): fast, and lost at
 	// reboot.
 	Tmpfs bool
+	// SubIDs maps the user's subordinate ids (/etc/subuid, /etc/subgid)
+	// in the workspace besides its own: commands may chown files to them
+	// and become them (nsexec.Spec.SubIDs). Rootless, starting it and
+	// reading its changes then need their user namespace: the caller
+	// runs nsexec.EnterSubIDs first, as the strata CLI does.
+	SubIDs bool
 }
 
 // Workspace describes a workspace.
@@ -54,6 +60,7 @@ type Workspace struct {
 	Dir       string   `json:"dir"`
 	Upper     string   `json:"upper"`
 	Tmpfs     bool     `json:"tmpfs"`
+	SubIDs    bool     `json:"subids,omitempty"`
 	Source    string   `json:"source,omitempty"` // where the commit was imported from
 	State     string   `json:"state"`            // running or stopped
 	PID       int      `json:"pid,omitempty"`    // the keeper, when running
@@ -67,6 +74,7 @@ type wsExtra struct {
 	Upper   string `json:"upper"`
 	Work    string `json:"work"`
 	Tmpfs   bool   `json:"tmpfs,omitempty"`
+	SubIDs  bool   `json:"subids,omitempty"`
 	Source  string `json:"source,omitempty"`
 	Created bool   `json:"created_branch,omitempty"` // the branch was made for this workspace
 	Fork    string `json:"fork,omitempty"`           // the commit it was forked from
@@ -115,6 +123,24 @@ func (r *Repo) tmpfsRoot() string {
 	return filepath.Join("/dev/shm", fmt.Sprintf("strata-%d", os.Getuid()), hex.EncodeToString(sum[:6]))
 }
 
+// tmpfsOwner, in a store's tmpfs directory, names the store: a sweep
+// removes the directory — kept tmpfs workspaces, dead runs — once the
+// store is gone (cleanRuns).
+const tmpfsOwner = "store"
+
+// markTmpfsRoot creates the store's tmpfs directory, naming the store.
+func (r *Repo) markTmpfsRoot() error {
+	root := r.tmpfsRoot()
+	marker := filepath.Join(root, tmpfsOwner)
+	if _, err := os.Stat(marker); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return err
+	}
+	return writeFileAtomic(marker, []byte(r.home))
+}
+
 // CreateWorkspace makes a workspace on a new branch (ws/NAME by default)
 // forked from opts.From. An empty name gets a generated one.
 func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceOptions) (*Workspace, error) {
@@ -129,6 +155,9 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		branch = wsBranchPrefix + name
 	}
 	if err := store.ValidateBranchName(branch); err != nil {
+		return nil, err
+	}
+	if err := checkSubIDs(opts.SubIDs); err != nil {
 		return nil, err
 	}
 	st, err := r.db()
@@ -188,8 +217,12 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		return nil, err
 	}
 	dir := r.wsDir(name)
-	x := wsExtra{Tmpfs: opts.Tmpfs, Source: source, Created: createBranch, Fork: base.String(), MountBase: base.String(), FromBranch: fromBranch}
+	x := wsExtra{Tmpfs: opts.Tmpfs, SubIDs: opts.SubIDs, Source: source, Created: createBranch, Fork: base.String(), MountBase: base.String(), FromBranch: fromBranch}
 	if opts.Tmpfs {
+		if err := r.markTmpfsRoot(); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("workspace %q: tmpfs: %w", name, err)
+		}
 		tdir := filepath.Join(r.tmpfsRoot(), name)
 		_ = os.RemoveAll(tdir) // a leftover of a removed workspace of that name
 		if err := mkdirs(0o700, filepath.Join(tdir, "upper"), filepath.Join(tdir, "work")); err != nil {
@@ -267,7 +300,7 @@ func randomHex(n int) string {
 func (r *Repo) describe(w *store.Workspace, x wsExtra) *Workspace {
 	out := &Workspace{
 		Name: w.Name, Branch: w.Branch, Base: w.Base, Dir: w.Dir, Upper: x.Upper,
-		Tmpfs: x.Tmpfs, Source: x.Source, State: "stopped", CreatedNs: w.CreatedNs,
+		Tmpfs: x.Tmpfs, SubIDs: x.SubIDs, Source: x.Source, State: "stopped", CreatedNs: w.CreatedNs,
 	}
 	if k, err := nsexec.FindKeeper(w.Dir); err == nil {
 		out.State, out.PID, out.Path = "running", k.PID, k.Path()
@@ -440,6 +473,7 @@ func (r *Repo) spec(ctx context.Context, w *store.Workspace, x wsExtra) (nsexec.
 		Features: feat,
 		Volatile: x.Tmpfs,
 		Binds:    gitBinds(x.Source),
+		SubIDs:   x.SubIDs,
 	}, nil
 }
 
@@ -551,6 +585,26 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 	return removeAll(w.Dir)
 }
 
+// checkSubIDs fails, saying what is missing, when a workspace asks for
+// subordinate ids the user does not have. Real root needs none.
+func checkSubIDs(want bool) error {
+	if !want || nsexec.RealRoot() {
+		return nil
+	}
+	_, err := nsexec.SubIDMaps()
+	return err
+}
+
+// needSubIDNS fails when work on a workspace that maps subordinate ids
+// (starting it, reading its changes) is attempted outside their user
+// namespace.
+func needSubIDNS(name string, x wsExtra) error {
+	if x.SubIDs && nsexec.NeedSubIDNS() {
+		return fmt.Errorf("workspace %q maps subordinate ids: its changes are read from their user namespace (call nsexec.EnterSubIDs first; the strata command does): %w", name, nsexec.ErrNeedSubIDNS)
+	}
+	return nil
+}
+
 func dirEmpty(dir string) bool {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -562,7 +616,8 @@ func dirEmpty(dir string) bool {
 }
 
 // removeAll removes a tree that may hold read-only directories (an upper
-// copied from a read-only lower, a workdir the kernel made mode 0).
+// copied from a read-only lower, a workdir the kernel made mode 0), and
+// files of subordinate ids (nsexec.RemoveAll).
 func removeAll(dir string) error {
 	err := os.RemoveAll(dir)
 	if err == nil {
@@ -576,7 +631,7 @@ func removeAll(dir string) error {
 		}
 		return nil
 	})
-	return os.RemoveAll(dir)
+	return nsexec.RemoveAll(dir)
 }
 
 // copyDirAttrs gives dst the permission bits and times of src.

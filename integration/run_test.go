@@ -207,7 +207,7 @@ func TestRunKilled(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "proj")
 	baseTree(t, src)
 	h.ok("import", src)
-	killRun(t, h, "strata-it-killed-"+strconv.Itoa(os.Getpid()))
+	killRun(t, h, "strata-it-killed-"+strconv.Itoa(os.Getpid()), nil, "")
 	// The next run cleans the killed run's directory.
 	h.ok("run", "--", "true")
 	if left := runDirs(t, h); len(left) != 0 {
@@ -221,7 +221,7 @@ func TestRunKilled(t *testing.T) {
 	// (and its runs, at most once a minute).
 	other := newHome(t)
 	other.ok("import", src)
-	killRun(t, other, "strata-it-killed-other-"+strconv.Itoa(os.Getpid()))
+	killRun(t, other, "strata-it-killed-other-"+strconv.Itoa(os.Getpid()), nil, "")
 	orphans := runDirs(t, other)
 	if err := os.RemoveAll(other.dir); err != nil {
 		t.Fatal(err)
@@ -232,14 +232,38 @@ func TestRunKilled(t *testing.T) {
 			t.Errorf("the killed run of a deleted store is still there: %s", d)
 		}
 	}
+
+	// A deleted store's kept tmpfs workspace and its tmpfs directory: gc
+	// of any other store removes them (after two quiet seconds).
+	third := newHome(t)
+	third.ok("import", src)
+	third.ok("ws", "create", "--tmpfs", "kept")
+	third.ok("exec", "kept", "--", "sh", "-c", "head -c 1048576 /dev/zero > big")
+	third.ok("ws", "stop", "kept")
+	tdir := tmpfsDir(third)
+	if _, err := os.Stat(filepath.Join(tdir, "kept", "upper", "big")); err != nil {
+		t.Fatalf("the tmpfs workspace's upper is not where the test expects it: %v", err)
+	}
+	if err := os.RemoveAll(third.dir); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	h.ok("gc")
+	if _, err := os.Lstat(tdir); !os.IsNotExist(err) {
+		t.Errorf("the tmpfs directory of a deleted store is still there: %s (%v)", tdir, err)
+	}
 }
 
 // killRun starts a run in h whose command never ends, SIGKILLs strata,
 // waits until nothing of the run is alive, and checks that the run's
 // directory was left behind.
-func killRun(t *testing.T, h *home, marker string) {
+//
+// flags are added to run's; prelude runs in the workspace first.
+func killRun(t *testing.T, h *home, marker string, flags []string, prelude string) {
 	t.Helper()
-	cmd := exec.Command(bin(t), "--home", h.dir, "run", "--", "bash", "-c", "(exec -a "+marker+" sleep 1000) & sleep 1000")
+	args := append([]string{"--home", h.dir, "run"}, flags...)
+	args = append(args, "--", "bash", "-c", prelude+"(exec -a "+marker+" sleep 1000) & sleep 1000")
+	cmd := exec.Command(bin(t), args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -259,14 +283,20 @@ func killRun(t *testing.T, h *home, marker string) {
 	}
 }
 
+// tmpfsDir is where strata keeps a store's tmpfs uppers (runs/ and tmpfs
+// workspaces): under a hash of the store's path.
+func tmpfsDir(h *home) string {
+	sum := sha256.Sum256([]byte(h.dir))
+	return fmt.Sprintf("/dev/shm/strata-%d/%s", os.Getuid(), hex.EncodeToString(sum[:6]))
+}
+
 // runDirs lists this store's run directories, on tmpfs (where strata
 // keeps them under a hash of the store's path) and on disk.
 func runDirs(t testing.TB, h *home) []string {
 	t.Helper()
-	sum := sha256.Sum256([]byte(h.dir))
 	var out []string
 	for _, root := range []string{
-		fmt.Sprintf("/dev/shm/strata-%d/%s/runs", os.Getuid(), hex.EncodeToString(sum[:6])),
+		filepath.Join(tmpfsDir(h), "runs"),
 		filepath.Join(h.dir, "runs"),
 	} {
 		ents, _ := os.ReadDir(root)

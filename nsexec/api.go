@@ -45,6 +45,12 @@ type Spec struct {
 	// example a git repository's objects that the workspace's .git uses as
 	// alternates while the overlay hides the repository's own path.
 	Binds []Bind `json:"binds,omitempty"`
+	// SubIDs maps the caller's subordinate ids besides its own uid and
+	// gid (SubIDMaps), and commands keep the capabilities that act on ids
+	// (chown, setuid, access to files those ids own). Rootless, the
+	// caller must run in their namespace already (EnterSubIDs); as real
+	// root every id is the caller's own and SubIDs changes nothing.
+	SubIDs bool `json:"subids,omitempty"`
 }
 
 // Bind is a read-only bind mount: the host directory Source appears at

@@ -90,8 +90,8 @@ type started struct {
 
 // startCommand starts c with files as its stdin, stdout and stderr,
 // sandboxed, and registers it with r. dir is the default working
-// directory; userNS says the caller holds a user namespace's
-// capabilities, which the command must not.
+// directory; caps says which capabilities of the caller's user namespace
+// the command must lose.
 //
 // The sandbox is set up on a fresh OS thread that is discarded afterwards
 // (the goroutine exits locked, and the Go runtime then ends the thread):
@@ -108,10 +108,10 @@ type started struct {
 // A command without a sandbox needs no such thread (creating one costs
 // about 0.15 ms) when nothing has to be dropped: as real root, or once
 // clearAmbientCaps has made every execve drop the capabilities.
-func startCommand(r *reaper, c *wireCommand, files []int, dir string, userNS bool) (*started, error) {
-	dropCaps := userNS && !execDropsCaps.Load()
+func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy) (*started, error) {
+	dropCaps := caps.drop && (caps.keep != 0 || !execDropsCaps.Load())
 	if !c.NetNone && c.Landlock == nil && len(c.Seccomp) == 0 && !dropCaps {
-		return startOnThisThread(r, c, files, dir, false)
+		return startOnThisThread(r, c, files, dir, capsPolicy{})
 	}
 	type result struct {
 		s   *started
@@ -120,11 +120,39 @@ func startCommand(r *reaper, c *wireCommand, files []int, dir string, userNS boo
 	res := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: see above
-		s, err := startOnThisThread(r, c, files, dir, dropCaps)
+		s, err := startOnThisThread(r, c, files, dir, capsPolicy{drop: dropCaps, keep: caps.keep})
 		res <- result{s, err}
 	}()
 	out := <-res
 	return out.s, out.err
+}
+
+// capsPolicy says what a command keeps of its starter's capabilities:
+// nothing but keep when drop is set (a user namespace's capabilities),
+// everything otherwise (real root's commands are root).
+type capsPolicy struct {
+	drop bool
+	keep uint64 // a mask of capability numbers
+}
+
+// idCaps are what commands keep in a workspace that maps subordinate ids:
+// what acting as, and on files of, the namespace's other users takes —
+// chown, setuid and setgid, reading and writing their files, signalling
+// their processes. All of it is confined to ids the namespace maps.
+var idCaps = []uintptr{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER,
+	unix.CAP_FSETID, unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID,
+}
+
+// commandCaps is the policy for the commands of a child with cfg.
+func commandCaps(cfg *childConfig) capsPolicy {
+	p := capsPolicy{drop: cfg.UserNS}
+	if cfg.SubIDs {
+		for _, c := range idCaps {
+			p.keep |= 1 << c
+		}
+	}
+	return p
 }
 
 // execDropsCaps is set when an execve from any thread of this process
@@ -150,8 +178,8 @@ func clearAmbientCaps() {
 
 // startOnThisThread starts the command from the calling thread, after
 // changing the thread's namespaces, credentials and filters as c asks;
-// dropCaps drops every capability of the thread.
-func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, dropCaps bool) (*started, error) {
+// with caps.drop it drops every capability of the thread but caps.keep.
+func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy) (*started, error) {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return nil, errors.New("empty command")
 	}
@@ -198,8 +226,8 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, dropC
 			return nil, err
 		}
 	}
-	if dropCaps {
-		if err := dropCapabilities(); err != nil {
+	if caps.drop {
+		if err := dropCapabilities(caps.keep); err != nil {
 			return nil, err
 		}
 	}
@@ -346,18 +374,25 @@ func loopbackUp() error {
 	return nil
 }
 
-// dropCapabilities leaves the calling thread without capabilities, so
-// that the command it starts has none: the ambient set, and the
-// permitted, effective and inheritable sets. A command running as a
-// non-zero uid loses all but the ambient ones at execve anyway, and no
-// file can give it any: the user namespace maps no uid 0, so setuid-root
-// files do not apply and file capabilities are not honoured (Linux:
-// security/commoncap.c rootid_owns_currentns). As uid 0 in the namespace
-// (Spec.UserNS as real root) execve would restore the bounding set, so
-// that is emptied too (first: it needs CAP_SETPCAP), 41 calls of prctl.
-func dropCapabilities() error {
-	if os.Getuid() == 0 {
+// dropCapabilities leaves the calling thread with no capabilities but
+// those in keep (a mask), so that the command it starts has only those:
+// the ambient set, and the permitted, effective and inheritable sets.
+// Without keep: a command running as a non-zero uid loses all but the
+// ambient ones at execve anyway, and no file can give it any: the user
+// namespace maps no uid 0, so setuid-root files do not apply and file
+// capabilities are not honoured (Linux: security/commoncap.c
+// rootid_owns_currentns). As uid 0 in the namespace (Spec.UserNS as real
+// root) execve would restore the bounding set, so that is emptied too
+// (first: it needs CAP_SETPCAP), 41 calls of prctl. With keep (a
+// subordinate-id workspace, which maps a uid 0 a command may become) the
+// bounding set is cut to keep as well, and keep stays ambient: through
+// execve, setuid and setuid-root files alike a command holds at most keep.
+func dropCapabilities(keep uint64) error {
+	if os.Getuid() == 0 || keep != 0 {
 		for c := range len(allCaps()) {
+			if keep&(1<<c) != 0 {
+				continue
+			}
 			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 				return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 			}
@@ -368,8 +403,19 @@ func dropCapabilities() error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData // version 3: two 32-bit halves
+	for i := range data {
+		half := uint32(keep >> (32 * i))
+		data[i] = unix.CapUserData{Effective: half, Permitted: half, Inheritable: half}
+	}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %w", err)
+	}
+	for c := range 64 {
+		if keep&(1<<c) != 0 {
+			if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
+				return fmt.Errorf("keep capability %d: %w", c, err)
+			}
+		}
 	}
 	return nil
 }

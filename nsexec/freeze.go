@@ -1,6 +1,7 @@
 package nsexec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,6 +30,9 @@ import (
 // naming itself first, and the next Exec, Freeze or StartKeeper of the
 // workspace whose freezer is gone resumes every process (ThawStale).
 func Freeze(dir string) (thaw func(), err error) {
+	if inSubIDNS {
+		return freezeByKeeper(dir)
+	}
 	ThawStale(dir)
 	k, err := FindKeeper(dir)
 	if err != nil {
@@ -46,18 +50,27 @@ func Freeze(dir string) (thaw func(), err error) {
 	if err := os.WriteFile(marker, []byte(fmt.Sprintf("%d %d\n", os.Getpid(), start)), 0o600); err != nil {
 		return nil, fmt.Errorf("freeze workspace: %w", err)
 	}
-	stopped := map[int]bool{}
-	thaw = func() {
-		for pid := range stopped {
-			_ = unix.Kill(pid, syscall.SIGCONT)
-		}
+	stopped, err := stopAll(func() []int { return pidsInNS(ns) }, k.PID)
+	if err != nil {
 		_ = os.Remove(marker)
+		return nil, fmt.Errorf("freeze workspace: %w", err)
 	}
+	return func() {
+		contAll(stopped)
+		_ = os.Remove(marker)
+	}, nil
+}
+
+// stopAll stops every process that list names, but self, with SIGSTOP,
+// until a pass finds no new one (children forked meanwhile are caught
+// too), and waits until each has stopped. On failure it resumes them.
+func stopAll(list func() []int, self int) (map[int]bool, error) {
+	stopped := map[int]bool{}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		fresh := 0
-		for _, pid := range pidsInNS(ns) {
-			if pid == k.PID || stopped[pid] {
+		for _, pid := range list() {
+			if pid == self || stopped[pid] {
 				continue
 			}
 			if err := unix.Kill(pid, syscall.SIGSTOP); err == nil {
@@ -69,8 +82,8 @@ func Freeze(dir string) (thaw func(), err error) {
 			break
 		}
 		if time.Now().After(deadline) {
-			thaw()
-			return nil, fmt.Errorf("freeze workspace: processes keep appearing; commit again when the workspace is quieter")
+			contAll(stopped)
+			return nil, fmt.Errorf("processes keep appearing; commit again when the workspace is quieter")
 		}
 	}
 	// SIGSTOP is asynchronous: wait until each process is really stopped
@@ -82,13 +95,60 @@ func Freeze(dir string) (thaw func(), err error) {
 				break
 			}
 			if time.Now().After(deadline) {
-				thaw()
-				return nil, fmt.Errorf("freeze workspace: process %d does not stop (state %c)", pid, state)
+				contAll(stopped)
+				return nil, fmt.Errorf("process %d does not stop (state %c)", pid, state)
 			}
 			time.Sleep(100 * time.Microsecond)
 		}
 	}
-	return thaw, nil
+	return stopped, nil
+}
+
+// contAll resumes what stopAll stopped.
+func contAll(stopped map[int]bool) {
+	for pid := range stopped {
+		_ = unix.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// procPIDs lists the pids in /proc.
+func procPIDs() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// freezeByKeeper is Freeze from a subordinate-id namespace: the keeper
+// stops the processes, and resumes them when the connection closes.
+func freezeByKeeper(dir string) (thaw func(), err error) {
+	c, err := dialKeeper(dir)
+	if errors.Is(err, ErrNotRunning) {
+		return func() {}, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("freeze workspace: %w", err)
+	}
+	if err := writeFrame(c, &message{Version: protoVersion, Freeze: true}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("freeze workspace: %w", err)
+	}
+	m, err := readFrame(c)
+	switch {
+	case err != nil:
+		c.Close()
+		return nil, fmt.Errorf("freeze workspace: %w", err)
+	case m.Error != nil:
+		c.Close()
+		return nil, m.Error.err()
+	}
+	return func() { c.Close() }, nil
 }
 
 // pidsInNS lists the host pids of the processes whose PID namespace is ns

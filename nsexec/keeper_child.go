@@ -22,7 +22,7 @@ const (
 // keeper is the state of a running keeper.
 type keeper struct {
 	cfg    *childConfig
-	userNS bool
+	caps   capsPolicy // what its commands keep
 	reaper *reaper
 	uid    uint32
 }
@@ -74,10 +74,10 @@ func keeperMain() int {
 	for _, w := range warnings {
 		logf("warning: %s", w)
 	}
-	if cfg.UserNS {
+	if cfg.UserNS && !cfg.SubIDs {
 		clearAmbientCaps()
 	}
-	k := &keeper{cfg: cfg, userNS: cfg.UserNS, reaper: newReaper(sigs.chld), uid: uint32(os.Getuid())}
+	k := &keeper{cfg: cfg, caps: commandCaps(cfg), reaper: newReaper(sigs.chld), uid: uint32(os.Getuid())}
 
 	unix.Unlinkat(dirfd, sockName, 0)
 	ln, err := listen(sockAddr(dirfd, sockName))
@@ -183,6 +183,9 @@ func (k *keeper) handle(c *conn) {
 	case m.Version != protoVersion:
 		replyErr(fmt.Errorf("the keeper speaks protocol %d, the client %d: restart the workspace (strata ws stop) after upgrading strata", protoVersion, m.Version))
 		return
+	case m.Freeze:
+		k.freeze(c, reply, replyErr)
+		return
 	case m.Command == nil:
 		replyErr(errors.New("request without a command"))
 		return
@@ -190,7 +193,7 @@ func (k *keeper) handle(c *conn) {
 		replyErr(fmt.Errorf("request with %d descriptors; want stdin, stdout, stderr", len(fds)))
 		return
 	}
-	st, err := startCommand(k.reaper, m.Command, fds, k.cfg.Target, k.userNS)
+	st, err := startCommand(k.reaper, m.Command, fds, k.cfg.Target, k.caps)
 	// The command has its copies; the keeper must not keep pipes open.
 	for _, fd := range fds {
 		unix.Close(fd)
@@ -230,6 +233,29 @@ func (k *keeper) handle(c *conn) {
 		default:
 			unix.Kill(-st.pid, unix.SIGKILL)
 			<-st.exited
+		}
+	}
+}
+
+// freeze stops every other process of the workspace for a client that
+// cannot (Freeze from a subordinate-id namespace: processes running as
+// other ids are not its to signal), and resumes them when the client
+// hangs up, however it ends.
+func (k *keeper) freeze(c *conn, reply func(*message), replyErr func(error)) {
+	if self, err := os.Readlink("/proc/self"); err != nil || self != "1" {
+		replyErr(errors.New("freeze: the workspace has no private /proc to find its processes in"))
+		return
+	}
+	stopped, err := stopAll(procPIDs, 1)
+	if err != nil {
+		replyErr(fmt.Errorf("freeze workspace: %w", err))
+		return
+	}
+	defer contAll(stopped)
+	reply(&message{Freeze: true})
+	for {
+		if _, err := readFrame(c); err != nil {
+			return
 		}
 	}
 }

@@ -75,7 +75,12 @@ func newChild(entry string, spec *Spec, setsid bool) *exec.Cmd {
 			Setsid:     setsid,
 		},
 	}
-	if spec.userNS() {
+	switch {
+	case spec.userNS() && spec.SubIDs && inSubIDNS:
+		// The caller's namespace is the workspace's (EnterSubIDs): the
+		// child keeps its capabilities through execve as ambient ones.
+		cmd.SysProcAttr.AmbientCaps = allCaps()
+	case spec.userNS():
 		SetUserNS(cmd.SysProcAttr)
 	}
 	return cmd
@@ -103,6 +108,8 @@ func checkSpec(spec *Spec, needDir bool) error {
 		return fmt.Errorf("nsexec: target %q is not absolute", spec.Target)
 	case len(spec.Lowers) == 0:
 		return fmt.Errorf("nsexec: no lower layer")
+	case spec.SubIDs && NeedSubIDNS():
+		return fmt.Errorf("nsexec: workspace %s maps subordinate ids: start it from their user namespace (EnterSubIDs): %w", spec.Name, ErrNeedSubIDNS)
 	}
 	spec.Target = filepath.Clean(spec.Target)
 	if spec.Dir != "" {

@@ -156,12 +156,12 @@ func runMain() int {
 	if _, err := setupNamespace(cfg); err != nil {
 		return fail(err)
 	}
-	if cfg.UserNS {
+	if cfg.UserNS && !cfg.SubIDs {
 		clearAmbientCaps()
 	}
 	r := newReaper(sigs.chld)
 	<-sigs.done
-	st, err := startCommand(r, cfg.Command, []int{0, 1, 2}, cfg.Target, cfg.UserNS)
+	st, err := startCommand(r, cfg.Command, []int{0, 1, 2}, cfg.Target, commandCaps(cfg))
 	if err != nil {
 		return fail(err)
 	}

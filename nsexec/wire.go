@@ -24,7 +24,7 @@ import (
 // protoVersion numbers these formats. strata and strata-init from
 // different builds may disagree; a mismatch is refused with a message
 // instead of misread.
-const protoVersion = 3
+const protoVersion = 4
 
 // childConfig is what the parent writes to a child (keeper or one-shot
 // init) on its configuration pipe: what to mount where, computed by the
@@ -41,6 +41,9 @@ type childConfig struct {
 	// UserNS: the child runs in a user namespace of its own, holding that
 	// namespace's capabilities, which the commands it starts must not.
 	UserNS bool
+	// SubIDs: the namespace maps subordinate ids, and commands keep
+	// idCaps (Spec.SubIDs).
+	SubIDs bool
 	// Binds are read-only bind mounts made inside (Spec.Binds).
 	Binds []Bind
 	// Command is the one-shot init's command (Run).
@@ -58,6 +61,7 @@ func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
 		Mount:   cfg,
 		Method:  spec.Features.Method(),
 		UserNS:  spec.userNS(),
+		SubIDs:  spec.SubIDs && spec.userNS(),
 		Binds:   spec.Binds,
 		Command: cmd,
 	}
@@ -112,8 +116,11 @@ type message struct {
 	Command *wireCommand
 	Signal  int
 	Started int // the command's pid in the namespace; a keeper's own pid
-	Exited  *ExitStatus
-	Error   *wireError
+	// Freeze asks a keeper to stop every process of the workspace until
+	// the client hangs up; the keeper answers with Freeze when they are.
+	Freeze bool
+	Exited *ExitStatus
+	Error  *wireError
 }
 
 // wireError carries an error from a child to its parent, keeping what
@@ -252,6 +259,7 @@ func (e *encoder) config(c *childConfig) {
 	e.bool(m.Volatile)
 	e.uint(uint64(c.Method))
 	e.bool(c.UserNS)
+	e.bool(c.SubIDs)
 	e.uint(uint64(len(c.Binds)))
 	for _, b := range c.Binds {
 		e.str(b.Source)
@@ -276,6 +284,7 @@ func (d *decoder) config() (*childConfig, error) {
 	c.Mount.Volatile = d.bool()
 	c.Method = overlayfs.Method(d.uint())
 	c.UserNS = d.bool()
+	c.SubIDs = d.bool()
 	if n := d.uint(); d.err == nil {
 		if n > 1024 {
 			return nil, fmt.Errorf("nsexec: %d bind mounts: malformed configuration", n)
@@ -401,6 +410,7 @@ func (e *encoder) message(m *message) {
 	e.command(m.Command)
 	e.int(int64(m.Signal))
 	e.int(int64(m.Started))
+	e.bool(m.Freeze)
 	e.bool(m.Exited != nil)
 	if m.Exited != nil {
 		e.int(int64(m.Exited.Code))
@@ -428,6 +438,7 @@ func (d *decoder) message() (*message, error) {
 	m.Command = d.command()
 	m.Signal = int(d.int())
 	m.Started = int(d.int())
+	m.Freeze = d.bool()
 	if d.bool() {
 		m.Exited = &ExitStatus{Code: int(d.int()), Signal: syscall.Signal(d.int())}
 	}

@@ -33,7 +33,7 @@ func TestCodec(t *testing.T) {
 	}
 	cfg := &childConfig{Version: protoVersion, Name: "ws", Dir: "/s", Target: "/t",
 		Mount:  overlayfs.Config{Lowers: []string{"/l1", "/l2"}, Upper: "/u", Work: "/w", UserXattr: true, Volatile: true},
-		Method: overlayfs.FsconfigFD, UserNS: true, Command: cmd}
+		Method: overlayfs.FsconfigFD, UserNS: true, SubIDs: true, Command: cmd}
 	var e encoder
 	e.config(cfg)
 	d := decoder{b: e.b}

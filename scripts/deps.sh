@@ -9,6 +9,7 @@ have_pkg pkg-config     || need+=(pkg-config)       # libseccomp-golang's cgo fl
 command -v gcc >/dev/null || need+=(gcc)            # cgo
 command -v git >/dev/null || need+=(git)            # worktree tests, corpus
 command -v setpriv >/dev/null || need+=(util-linux) # the unprivileged test pass
+command -v newuidmap >/dev/null || need+=(uidmap)   # --subids workspaces (and their tests)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
   command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
   command -v restic >/dev/null || need+=(restic)

@@ -74,6 +74,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := app.RunContext(ctx, permuteArgs(app, args))
+	if errors.Is(err, nsexec.ErrNeedSubIDNS) {
+		// A --subids workspace: start it or read its changes again from
+		// the namespace of the subordinate ids. Nothing was done yet.
+		stop()
+		if eerr := nsexec.EnterSubIDs(); eerr != nil {
+			err = fmt.Errorf("%w (%v)", eerr, err)
+		}
+	}
 	return e.report(err)
 }
 

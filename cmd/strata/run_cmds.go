@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/stratafs/strata"
+	"github.com/stratafs/strata/nsexec"
 )
 
 func runCommand(e *env) *cli.Command {
@@ -29,10 +30,14 @@ func runCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "output", Usage: "write the command's stdout, stderr and result.json into DIR"},
 			&cli.StringFlag{Name: "cwd", Usage: "working directory inside the workspace"},
 			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the command's environment (repeatable)"},
+			subIDsFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 1 {
 				return usagef("run needs -- CMD [ARG...]")
+			}
+			if err := enterSubIDs(c); err != nil {
+				return err
 			}
 			sb, err := sandboxOptions(e, c)
 			if err != nil {
@@ -43,6 +48,7 @@ func runCommand(e *env) *cli.Command {
 				Keep: c.Bool("keep"), CommitBranch: c.String("commit"), Protect: c.StringSlice("protect"),
 				Output: c.String("output"), Argv: c.Args().Slice(), Env: c.StringSlice("env"), Cwd: c.String("cwd"),
 				Sandbox: sb, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Warn: e.warn,
+				SubIDs: c.Bool("subids"),
 			}
 			if e.json && opts.Output == "" {
 				// stdout carries the result object; the command's output
@@ -124,10 +130,14 @@ func batchCommand(e *env) *cli.Command {
 			&cli.IntFlag{Name: "parallel", Aliases: []string{"j"}, Value: 1, Usage: "jobs at once"},
 			&cli.StringFlag{Name: "out", Usage: "append results to FILE.jsonl; jobs already in it are skipped (default: stdout)"},
 			&cli.StringFlag{Name: "output", Usage: "keep each job's stdout and stderr under DIR/ID/"},
+			subIDsFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usagef("batch needs exactly one FILE.jsonl")
+			}
+			if err := enterSubIDs(c); err != nil {
+				return err
 			}
 			sb, err := sandboxOptions(e, c)
 			if err != nil {
@@ -140,7 +150,7 @@ func batchCommand(e *env) *cli.Command {
 			defer r.Close()
 			p := e.progress()
 			sum, err := r.Batch(c.Context, c.Args().First(), e.stdout, strata.BatchOptions{
-				Parallel: c.Int("parallel"), Out: c.String("out"), Output: c.String("output"), Sandbox: sb,
+				Parallel: c.Int("parallel"), Out: c.String("out"), Output: c.String("output"), Sandbox: sb, SubIDs: c.Bool("subids"),
 				Progress: func(done, total int) { p.update("batch", int64(done), int64(total), false) },
 				Kind:     kindOf,
 			})
@@ -155,4 +165,17 @@ func batchCommand(e *env) *cli.Command {
 			return nil
 		},
 	}
+}
+
+func subIDsFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "subids", Usage: "map your subordinate ids (/etc/subuid) too: commands may chown to them and become them"}
+}
+
+// enterSubIDs re-executes a --subids run or batch in the namespace of the
+// subordinate ids (it returns only on failure, or when there is no need).
+func enterSubIDs(c *cli.Context) error {
+	if !c.Bool("subids") {
+		return nil
+	}
+	return nsexec.EnterSubIDs()
 }

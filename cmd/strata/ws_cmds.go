@@ -28,6 +28,7 @@ func wsCommand(e *env) *cli.Command {
 					&cli.StringFlag{Name: "from", Usage: "REF to fork (default main)"},
 					&cli.StringFlag{Name: "branch", Usage: "bind to this branch (created at --from if missing) instead of ws/NAME"},
 					&cli.BoolFlag{Name: "tmpfs", Usage: "keep changes on a tmpfs (/dev/shm): faster, lost at reboot"},
+					subIDsFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 1 {
@@ -39,7 +40,7 @@ func wsCommand(e *env) *cli.Command {
 					}
 					defer r.Close()
 					w, err := r.CreateWorkspace(c.Context, c.Args().First(), strata.WorkspaceOptions{
-						From: c.String("from"), Branch: c.String("branch"), Tmpfs: c.Bool("tmpfs"),
+						From: c.String("from"), Branch: c.String("branch"), Tmpfs: c.Bool("tmpfs"), SubIDs: c.Bool("subids"),
 					})
 					if err != nil {
 						return err
@@ -76,6 +77,9 @@ func wsCommand(e *env) *cli.Command {
 						state := w.State
 						if w.Tmpfs {
 							state += " (tmpfs)"
+						}
+						if w.SubIDs {
+							state += " (subids)"
 						}
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.Name, w.Branch, w.Base.Short(), state, ibytes(w.Changes))
 					}
