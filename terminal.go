@@ -25,6 +25,12 @@ func (r *Repo) Shell(ctx context.Context, name string, opts ExecOptions) (ExitSt
 	if in == nil || !term.IsTerminal(int(in.Fd())) {
 		return r.Exec(ctx, name, opts)
 	}
+	// The keeper first: until it runs, nothing may touch the terminal (a
+	// --subids workspace fails here, and the CLI starts over in the
+	// subordinate-id namespace, which must find the terminal untouched).
+	if _, err := r.keeper(ctx, name); err != nil {
+		return ExitStatus{}, err
+	}
 	master, slave, err := openPTY()
 	if err != nil {
 		return ExitStatus{}, err

@@ -3,8 +3,11 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,6 +85,19 @@ func TestSubIDs(t *testing.T) {
 	}
 	if got := strings.TrimSpace(h.ok("exec", "s", "--", "sh", "-c", "ps -o user= -C sleep | wc -l").stdout); got != "1" {
 		t.Errorf("the process of uid 2000 did not survive the commit (%s sleeping)", got)
+	}
+
+	// shell on a terminal, its keeper stopped: strata starts over in the
+	// subordinate-id namespace with the terminal untouched.
+	h.ok("ws", "stop", "s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc := exec.CommandContext(ctx, "script", "-qec", bin(t)+" --home "+h.dir+" shell s", "/dev/null")
+	sc.Stdin = strings.NewReader("stat -c %u secret/f; exit 3\n")
+	got, err := sc.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(got), "2000") {
+		t.Errorf("shell of a stopped --subids workspace on a terminal: %v\n%s", err, got)
 	}
 
 	h.ok("ws", "rm", "--force", "s")

@@ -230,6 +230,16 @@ func TestStopEndsEverything(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	h.ok("exec", "w", "--", "true")
+
+	// The store deleted under a live workspace (rm -rf, not ws rm): its
+	// keeper notices and ends, and everything in the workspace with it.
+	marker2 := marker + "-orphan"
+	h.ok("exec", "w", "--", "sh", "-c", "setsid -f bash -c 'exec -a "+marker2+" sleep 1000' </dev/null >/dev/null 2>&1")
+	for deadline := time.Now().Add(3 * time.Second); countProcs(t, marker2) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	sh(t, "", "chmod -R u+rwX '"+h.dir+"'; rm -rf '"+h.dir+"'")
+	waitNoProcs(t, marker2)
 }
 
 func countProcs(t testing.TB, marker string) int {
@@ -385,6 +395,7 @@ func TestMaxLayers(t *testing.T) {
 	baseTree(t, src)
 	h.ok("import", src)
 	h.ok("ws", "create", "a")
+	defer h.run("ws", "rm", "--force", "a", "b")
 	for i := 1; i <= 3; i++ {
 		h.ok("exec", "a", "--", "sh", "-c", fmt.Sprintf("echo %d > layer%d.txt", i, i))
 		h.ok("commit", "a", "-m", fmt.Sprint("layer ", i))

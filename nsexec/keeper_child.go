@@ -99,6 +99,8 @@ func keeperMain() int {
 	writeFrame(ready, &message{Started: pid})
 	ready.Close()
 
+	go watchStateDir(dirfd, cfg.Dir, sigs.sigs)
+
 	<-sigs.sigs // SIGTERM
 	logf("stopping")
 	// Gone before the lock is released at exit, so that a new keeper
@@ -255,6 +257,25 @@ func (k *keeper) freeze(c *conn, reply func(*message), replyErr func(error)) {
 	reply(&message{Freeze: true})
 	for {
 		if _, err := readFrame(c); err != nil {
+			return
+		}
+	}
+}
+
+// stateDirPoll is how often a keeper checks that its state directory
+// still exists.
+const stateDirPoll = 2 * time.Second
+
+// watchStateDir stops the keeper (as SIGTERM would) once its state
+// directory has been deleted — the workspace's or the whole store's
+// directory removed without `ws rm` — so that no keeper outlives its
+// workspace holding a mount of deleted files.
+func watchStateDir(dirfd int, dir string, stop chan<- os.Signal) {
+	for range time.Tick(stateDirPoll) {
+		var st unix.Stat_t
+		if err := unix.Fstat(dirfd, &st); err != nil || st.Nlink == 0 {
+			logf("state directory %s was deleted: stopping", dir)
+			stop <- unix.SIGTERM
 			return
 		}
 	}

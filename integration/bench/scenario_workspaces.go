@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/stratafs/strata/nsexec"
 )
 
 // Issue "workspaces": how long it takes to get a writable copy of the
@@ -23,7 +25,14 @@ func runCreate(b *Bench) error {
 	n := b.cfg.n.exec
 	type series struct{ create, exec, total, rm []time.Duration }
 	modes := []string{"disk", "tmpfs"}
-	res := map[string]*series{"disk": {}, "tmpfs": {}}
+	res := map[string]*series{"disk": {}, "tmpfs": {}, "subids": {}}
+	// --subids (tmpfs): the rootless CLI re-executes itself into the
+	// namespace of the user's subordinate ids to start the keeper.
+	if _, err := nsexec.SubIDMaps(); err == nil || nsexec.RealRoot() {
+		modes = append(modes, "subids")
+	} else {
+		b.skip("create", "subids/total", err.Error())
+	}
 	for i := 0; i < n; i++ {
 		if err := b.cancelled(); err != nil {
 			return err
@@ -31,8 +40,11 @@ func runCreate(b *Bench) error {
 		for _, mode := range modes {
 			name := fmt.Sprintf("c%s%04d", mode[:1], i)
 			args := []string{"-q", "ws", "create", name}
-			if mode == "tmpfs" {
+			switch mode {
+			case "tmpfs":
 				args = append(args, "--tmpfs")
+			case "subids":
+				args = append(args, "--tmpfs", "--subids")
 			}
 			_, dc, err := b.st(args...)
 			if err != nil {
@@ -212,6 +224,7 @@ func reportWorkspaces(r *Results) []Table {
 		{"**strata** `ws create --tmpfs` + first `exec -- true`", "create", "tmpfs/total"},
 		{"· of which `ws create --tmpfs`", "create", "tmpfs/create"},
 		{"· of which first `exec -- true`", "create", "tmpfs/exec"},
+		{"**strata** `ws create --tmpfs --subids` + first `exec -- true` (rootless: the CLI re-executes into the subordinate-id namespace to start the keeper; root: no difference)", "create", "subids/total"},
 		{"**strata** `exec -- true` into a live workspace", "create", "live/exec"},
 		{"`git worktree add` + `cp -a node_modules`", "peers", "worktree-cp"},
 		{"`git worktree add` + `cp -al node_modules`", "peers", "worktree-cpal"},
