@@ -192,7 +192,9 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	}()
 	_, startTicks, _ := procSelfStart()
 	stb, _ := json.Marshal(runState{PID: os.Getpid(), Start: startTicks, Base: res.From.String()})
-	if err := os.WriteFile(filepath.Join(dir, runStateFile), stb, 0o600); err != nil {
+	// Atomically (rename): a concurrent sweep must never read it half
+	// written, which would look like a dead run.
+	if err := writeFileRename(filepath.Join(dir, runStateFile), stb); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	unlock, err := r.layerLock(false)
@@ -591,9 +593,9 @@ func (r *Repo) cleanRuns(all bool) {
 			if runAlive(d) {
 				continue
 			}
-			// A run whose state file is missing is either being set up
+			// A run without a readable state file is either being set up
 			// right now or was killed before writing it: only old ones go.
-			if _, err := os.Stat(filepath.Join(d, runStateFile)); os.IsNotExist(err) {
+			if _, ok := readRunState(d); !ok {
 				var st unix.Stat_t
 				if unix.Lstat(d, &st) != nil || time.Since(time.Unix(st.Ctim.Unix())) < staleAfter {
 					continue
@@ -660,14 +662,30 @@ func (r *Repo) sweepDue() bool {
 	return true
 }
 
+// readRunState reads the state file of the run in dir.
+func readRunState(dir string) (runState, bool) {
+	var s runState
+	b, err := os.ReadFile(filepath.Join(dir, runStateFile))
+	if err != nil || json.Unmarshal(b, &s) != nil || s.PID <= 0 {
+		return s, false
+	}
+	return s, true
+}
+
+// writeFileRename writes a file atomically (a temporary file renamed over
+// it), without syncing: for state that a crash makes moot anyway.
+func writeFileRename(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
 // runAlive reports whether the run in dir still has its process.
 func runAlive(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, runStateFile))
-	if err != nil {
-		return false
-	}
-	var s runState
-	if json.Unmarshal(b, &s) != nil {
+	s, ok := readRunState(dir)
+	if !ok {
 		return false
 	}
 	_, start, err := procStart(s.PID)
@@ -681,15 +699,12 @@ func (r *Repo) liveRunBases() []store.ID {
 		ents, _ := os.ReadDir(root)
 		for _, e := range ents {
 			d := filepath.Join(root, e.Name())
-			b, err := os.ReadFile(filepath.Join(d, runStateFile))
-			if err != nil || !runAlive(d) {
+			s, ok := readRunState(d)
+			if !ok || !runAlive(d) {
 				continue
 			}
-			var s runState
-			if json.Unmarshal(b, &s) == nil {
-				if id, err := store.ParseID(s.Base); err == nil {
-					out = append(out, id)
-				}
+			if id, err := store.ParseID(s.Base); err == nil {
+				out = append(out, id)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package strata
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,5 +183,47 @@ func TestBPFCodec(t *testing.T) {
 		if _, ok := decodeBPF(b[:i]); ok {
 			t.Fatalf("a truncated cache (%d of %d bytes) decodes", i, len(b))
 		}
+	}
+}
+
+// TestCleanRunsKeepsUnreadableYoungRuns: a run whose state file cannot be
+// read (being written, or torn) is left alone while young; one whose
+// process is gone goes.
+func TestCleanRunsKeepsUnreadableYoungRuns(t *testing.T) {
+	r, err := Open(filepath.Join(t.TempDir(), "store"), OpenOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	root := r.runsRoot(true)
+	mk := func(name, state string) string {
+		d := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Join(d, "upper"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if state != "-" {
+			if err := os.WriteFile(filepath.Join(d, runStateFile), []byte(state), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	_, start, err := procSelfStart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := mk("empty", "")
+	torn := mk("torn", `{"pid":12`)
+	missing := mk("missing", "-")
+	live := mk("live", fmt.Sprintf(`{"pid":%d,"start":%d}`, os.Getpid(), start))
+	dead := mk("dead", fmt.Sprintf(`{"pid":%d,"start":%d}`, os.Getpid(), start+1))
+	r.cleanRuns(false)
+	for _, d := range []string{empty, torn, missing, live} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was swept: %v", filepath.Base(d), err)
+		}
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead run is still there (%v)", err)
 	}
 }
