@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -233,7 +234,8 @@ func startMapped(cmd *exec.Cmd, m IDMaps) error {
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
-	cmd.Env = append(cmd.Env, subidsEnv+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
+	// Clip: never append into a caller's (or childEnv's) backing array.
+	cmd.Env = append(slices.Clip(cmd.Env), subidsEnv+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
