@@ -198,7 +198,7 @@ func (r *Repo) compileSeccomp(f *seccomp.Filter) ([][]unix.SockFilter, error) {
 	}
 	// A cache that cannot be written (a read-only store) only costs time.
 	if os.MkdirAll(filepath.Dir(file), 0o700) == nil {
-		_ = writeFileAtomic(file, encodeBPF(progs))
+		_ = writeFileAtomic(file, encodeBPF(progs), false)
 	}
 	return progs, nil
 }

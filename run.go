@@ -194,7 +194,7 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 	stb, _ := json.Marshal(runState{PID: os.Getpid(), Start: startTicks, Base: res.From.String()})
 	// Atomically (rename): a concurrent sweep must never read it half
 	// written, which would look like a dead run.
-	if err := writeFileRename(filepath.Join(dir, runStateFile), stb); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, runStateFile), stb, false); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	unlock, err := r.layerLock(false)
@@ -590,16 +590,14 @@ func (r *Repo) cleanRuns(all bool) {
 		}
 		for _, e := range ents {
 			d := filepath.Join(root, e.Name())
-			if runAlive(d) {
+			s, ok := readRunState(d)
+			if ok && runAlive(s) {
 				continue
 			}
 			// A run without a readable state file is either being set up
 			// right now or was killed before writing it: only old ones go.
-			if _, ok := readRunState(d); !ok {
-				var st unix.Stat_t
-				if unix.Lstat(d, &st) != nil || time.Since(time.Unix(st.Ctim.Unix())) < staleAfter {
-					continue
-				}
+			if !ok && recentlyChanged(d, staleAfter) {
+				continue
 			}
 			_ = nsexec.StopKeeper(context.Background(), d)
 			_ = removeAll(d)
@@ -672,22 +670,8 @@ func readRunState(dir string) (runState, bool) {
 	return s, true
 }
 
-// writeFileRename writes a file atomically (a temporary file renamed over
-// it), without syncing: for state that a crash makes moot anyway.
-func writeFileRename(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// runAlive reports whether the run in dir still has its process.
-func runAlive(dir string) bool {
-	s, ok := readRunState(dir)
-	if !ok {
-		return false
-	}
+// runAlive reports whether the run of state s still has its process.
+func runAlive(s runState) bool {
 	_, start, err := procStart(s.PID)
 	return err == nil && start == s.Start
 }
@@ -700,7 +684,7 @@ func (r *Repo) liveRunBases() []store.ID {
 		for _, e := range ents {
 			d := filepath.Join(root, e.Name())
 			s, ok := readRunState(d)
-			if !ok || !runAlive(d) {
+			if !ok || !runAlive(s) {
 				continue
 			}
 			if id, err := store.ParseID(s.Base); err == nil {

@@ -89,16 +89,18 @@ func (r *Repo) SetMaxLayers(ctx context.Context, n int) error {
 	s, _ := r.Settings()
 	s.MaxLayers = n
 	b, _ := json.MarshalIndent(s, "", "  ")
-	if err := writeFileAtomic(filepath.Join(r.home, settingsFile), append(b, '\n')); err != nil {
+	if err := writeFileAtomic(filepath.Join(r.home, settingsFile), append(b, '\n'), true); err != nil {
 		return fmt.Errorf("max layers: %w", err)
 	}
 	r.settings = s
 	return nil
 }
 
-// writeFileAtomic writes a file through a synced temporary file renamed
-// over it, and syncs the directory.
-func writeFileAtomic(path string, b []byte) error {
+// writeFileAtomic writes a file through a temporary file renamed over it,
+// so that no reader ever sees it half written. durable syncs the file
+// and the directory too: for state that must survive a crash, not for
+// caches or state a crash makes moot.
+func writeFileAtomic(path string, b []byte, durable bool) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
 	if err != nil {
 		return err
@@ -108,14 +110,16 @@ func writeFileAtomic(path string, b []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := os.Rename(f.Name(), path); err != nil || !durable {
 		return err
 	}
 	d, err := os.Open(filepath.Dir(path))

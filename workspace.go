@@ -138,7 +138,7 @@ func (r *Repo) markTmpfsRoot() error {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return err
 	}
-	return writeFileAtomic(marker, []byte(r.home))
+	return writeFileAtomic(marker, []byte(r.home), false)
 }
 
 // CreateWorkspace makes a workspace on a new branch (ws/NAME by default)

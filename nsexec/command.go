@@ -135,24 +135,28 @@ type capsPolicy struct {
 	keep uint64 // a mask of capability numbers
 }
 
-// idCaps are what commands keep in a workspace that maps subordinate ids:
-// what acting as, and on files of, the namespace's other users takes —
-// chown, setuid and setgid, reading and writing their files, signalling
-// their processes. All of it is confined to ids the namespace maps.
-var idCaps = []uintptr{
-	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER,
-	unix.CAP_FSETID, unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID,
-}
+// idCaps (a mask) are what commands keep in a workspace that maps
+// subordinate ids: what acting as, and on files of, the namespace's other
+// users takes — chown, setuid and setgid, reading and writing their
+// files, signalling their processes. All of it is confined to ids the
+// namespace maps.
+const idCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
+	1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID | 1<<unix.CAP_KILL | 1<<unix.CAP_SETGID | 1<<unix.CAP_SETUID
 
-// commandCaps is the policy for the commands of a child with cfg.
-func commandCaps(cfg *childConfig) capsPolicy {
-	p := capsPolicy{drop: cfg.UserNS}
-	if cfg.SubIDs {
-		for _, c := range idCaps {
-			p.keep |= 1 << c
-		}
+// settleCaps prepares a child with cfg, once its namespace is set up, for
+// starting commands, and returns what they keep: in a user namespace
+// without subordinate ids every execve is made to drop the capabilities
+// (clearAmbientCaps); with them, each command keeps idCaps
+// (dropCapabilities on its thread).
+func settleCaps(cfg *childConfig) capsPolicy {
+	if !cfg.UserNS {
+		return capsPolicy{}
 	}
-	return p
+	if cfg.SubIDs {
+		return capsPolicy{drop: true, keep: idCaps}
+	}
+	clearAmbientCaps()
+	return capsPolicy{drop: true}
 }
 
 // execDropsCaps is set when an execve from any thread of this process

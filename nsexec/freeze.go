@@ -154,17 +154,9 @@ func freezeByKeeper(dir string) (thaw func(), err error) {
 // pidsInNS lists the host pids of the processes whose PID namespace is ns
 // (the target of a /proc/PID/ns/pid link).
 func pidsInNS(ns string) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
+	for _, pid := range procPIDs() {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid"); err == nil && l == ns {
 			out = append(out, pid)
 		}
 	}

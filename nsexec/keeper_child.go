@@ -74,10 +74,7 @@ func keeperMain() int {
 	for _, w := range warnings {
 		logf("warning: %s", w)
 	}
-	if cfg.UserNS && !cfg.SubIDs {
-		clearAmbientCaps()
-	}
-	k := &keeper{cfg: cfg, caps: commandCaps(cfg), reaper: newReaper(sigs.chld), uid: uint32(os.Getuid())}
+	k := &keeper{cfg: cfg, caps: settleCaps(cfg), reaper: newReaper(sigs.chld), uid: uint32(os.Getuid())}
 
 	unix.Unlinkat(dirfd, sockName, 0)
 	ln, err := listen(sockAddr(dirfd, sockName))

@@ -156,12 +156,10 @@ func runMain() int {
 	if _, err := setupNamespace(cfg); err != nil {
 		return fail(err)
 	}
-	if cfg.UserNS && !cfg.SubIDs {
-		clearAmbientCaps()
-	}
+	caps := settleCaps(cfg)
 	r := newReaper(sigs.chld)
 	<-sigs.done
-	st, err := startCommand(r, cfg.Command, []int{0, 1, 2}, cfg.Target, commandCaps(cfg))
+	st, err := startCommand(r, cfg.Command, []int{0, 1, 2}, cfg.Target, caps)
 	if err != nil {
 		return fail(err)
 	}

@@ -21,7 +21,7 @@ import (
 // caller's own uid and gid: the caller stays itself (uid U is U inside, so
 // the project keeps its owner), and the ranges /etc/subuid and /etc/subgid
 // delegate to the user fill the other ids from 0 up, around U. Commands keep
-// the capabilities that act on ids (idCaps), so chown to another id, setuid
+// the capabilities that act on ids (idCaps, settleCaps), so chown to another id, setuid
 // to another user and files owned by them work inside; nothing else.
 //
 // Only newuidmap and newgidmap (setuid root, Debian package uidmap) may
