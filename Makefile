@@ -6,6 +6,7 @@
 #   make bench    benchmarks against the peers, side by side (see docs/bench.md)
 #   make fuzz     longer fuzzing of every decoder
 #   make crash    500 SIGKILLs at random instants, fsck after each
+#   make cover    coverage per package: unit tests + both integration passes, merged
 #   make lint     gofmt, go vet, staticcheck
 #   make deps     install what a fresh Debian machine lacks (as root), or print how
 
@@ -30,7 +31,7 @@ GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
 export STRATA_CORPUS
 
 .PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
-        bench demo deps lint corpus clean crash
+        bench demo deps lint corpus clean crash cover
 
 all: build
 
@@ -42,9 +43,11 @@ build:
 deps:
 	@bash scripts/deps.sh
 
-test: build unit fuzz-short integration
+# The corpus comes before every test that reads it (unit tests of snapshot
+# and worktree import it too): on a fresh machine it is built first.
+test: build corpus unit fuzz-short integration
 
-unit:
+unit: corpus
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
@@ -75,6 +78,11 @@ integration: build corpus
 crash: build
 	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^TestCrash$$ -test.v" IT_TIMEOUT=60m \
 	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+# Coverage of every package from the unit tests and both integration passes
+# (instrumented binaries, go build -cover), merged into one table.
+cover: build corpus
+	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/cover.sh
 
 bench: build corpus
 	@bash scripts/bench.sh

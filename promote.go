@@ -2,6 +2,7 @@ package strata
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,6 +20,34 @@ type PromoteResult struct {
 	// How: "fast-forward", "merge", or "up-to-date".
 	How       string              `json:"how"`
 	Conflicts []snapshot.Conflict `json:"conflicts,omitempty"`
+}
+
+// forkedFrom is the branch that branch was forked from, the default target
+// of promote: the one a workspace on it was forked from, else the one
+// `branch create --from` named, else DefaultBranch.
+func forkedFrom(tx *store.Tx, branch string) string {
+	if wss, err := tx.Workspaces(); err == nil {
+		for _, w := range wss {
+			var x wsExtra
+			if w.Branch == branch && json.Unmarshal(w.Extra, &x) == nil && x.FromBranch != "" && x.FromBranch != branch {
+				return x.FromBranch
+			}
+		}
+	}
+	if ops, err := tx.Ops(branch, 0); err == nil {
+		for _, op := range ops { // newest first
+			if op.Kind != "branch-create" || op.Ref != branch {
+				continue
+			}
+			if op.Detail != branch {
+				if _, err := tx.Ref(op.Detail); err == nil {
+					return op.Detail
+				}
+			}
+			break
+		}
+	}
+	return DefaultBranch
 }
 
 // ConflictError lists the paths a merge could not reconcile. It matches
@@ -61,7 +90,12 @@ func (r *Repo) Promote(ctx context.Context, src, into string) (*PromoteResult, e
 		}
 	}
 	if into == "" {
-		into = DefaultBranch
+		if err := st.View(ctx, func(tx *store.Tx) error {
+			into = forkedFrom(tx, from)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if from == into {
 		return nil, fmt.Errorf("promote %s into itself: %w", from, ErrInvalidName)

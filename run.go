@@ -64,7 +64,7 @@ type RunResult struct {
 	ID        string   `json:"id"`
 	From      store.ID `json:"from"`
 	ExitCode  int      `json:"exit_code"`
-	Signal    string   `json:"signal,omitempty"`
+	Signal    string   `json:"signal"` // "SIGKILL" when a signal ended the command, else ""
 	TimedOut  bool     `json:"timed_out"`
 	Workspace string   `json:"workspace,omitempty"` // kept as
 	Commit    store.ID `json:"commit,omitempty"`
@@ -73,12 +73,15 @@ type RunResult struct {
 	// Violations are the policy check's findings; with any, nothing was
 	// committed.
 	Violations []Violation `json:"policy_violations,omitempty"`
-	// Durations of each phase in nanoseconds: fork, patch, run, diff,
-	// commit, discard, total.
+	// Durations of each phase in nanoseconds (runPhases; 0 for a phase
+	// that did not happen) and their total.
 	Durations map[string]int64 `json:"durations_ns"`
 	Output    string           `json:"output,omitempty"`
 	Error     string           `json:"error,omitempty"`
 }
+
+// runPhases are the phases of a run, in order, as durations_ns names them.
+var runPhases = []string{"fork", "patch", "run", "diff", "commit", "discard"}
 
 // DiffStat summarizes a run's change.
 type DiffStat struct {
@@ -122,9 +125,12 @@ func (r *Repo) runsRoot(disk bool) string {
 // command with a timeout (the PID namespace is killed, nothing survives),
 // and then discards the workspace, keeps it, or commits its change. The
 // returned error is strata's own; the command's outcome is in the result.
-func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
+func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err error) {
 	t0 := time.Now()
 	res := &RunResult{ID: randomHex(6), Durations: map[string]int64{}}
+	for _, p := range runPhases {
+		res.Durations[p] = 0 // every phase is reported, 0 when it did not happen
+	}
 	phase := func(name string, since time.Time) time.Time {
 		now := time.Now()
 		res.Durations[name] += now.Sub(since).Nanoseconds()
@@ -188,6 +194,16 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 			start := time.Now()
 			_ = removeAll(dir)
 			phase("discard", start)
+		}
+		if result == nil {
+			return
+		}
+		// The total covers every phase, the discard included; result.json
+		// is the result the caller gets.
+		res.Durations["total"] = time.Since(t0).Nanoseconds()
+		if opts.Output != "" {
+			b, _ := json.MarshalIndent(res, "", "  ")
+			_ = os.WriteFile(filepath.Join(opts.Output, "result.json"), append(b, '\n'), 0o644)
 		}
 	}()
 	_, startTicks, _ := procSelfStart()
@@ -311,11 +327,6 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (*RunResult, error) {
 		}
 		keepDir = true
 		res.Workspace = name
-	}
-	res.Durations["total"] = time.Since(t0).Nanoseconds()
-	if opts.Output != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		_ = os.WriteFile(filepath.Join(opts.Output, "result.json"), append(b, '\n'), 0o644)
 	}
 	return res, nil
 }

@@ -347,6 +347,9 @@ func (r *Repo) loadWorkspace(ctx context.Context, name string) (*store.Workspace
 		}
 	}
 	r.relocate(w, &x)
+	// Processes a killed commit left stopped resume with the next
+	// command on the workspace (README, commit).
+	nsexec.ThawStale(w.Dir)
 	return w, x, nil
 }
 
@@ -497,6 +500,7 @@ func (r *Repo) keeper(ctx context.Context, name string) (*nsexec.Keeper, error) 
 		return nil, err
 	}
 	if k, err := nsexec.FindKeeper(r.wsDir(name)); err == nil {
+		nsexec.ThawStale(r.wsDir(name))
 		return k, nil
 	}
 	w, x, err := r.loadWorkspace(ctx, name)

@@ -188,12 +188,8 @@ func TestRunTimeout(t *testing.T) {
 	baseTree(t, src)
 	h.ok("import", src)
 	marker := "strata-it-timeout-" + strconv.Itoa(os.Getpid())
-	start := time.Now()
 	r := h.fails(124, "--json", "run", "--timeout", "500ms", "--", "bash", "-c",
 		"(exec -a "+marker+" sleep 1000) & setsid -f bash -c 'exec -a "+marker+" sleep 1000' </dev/null >/dev/null 2>&1; sleep 1000")
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the timeout took %s", d)
-	}
 	if rr := decodeRun(t, r); !rr.TimedOut {
 		t.Errorf("timed_out is false: %+v", rr)
 	}

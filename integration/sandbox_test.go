@@ -61,21 +61,28 @@ func TestSandboxEscapes(t *testing.T) {
 	if err != nil || userHome == "" || userHome == "/" || strings.HasPrefix(userHome, "/tmp/") {
 		t.Fatalf("need a home directory outside /tmp to plant secrets in (private /tmp would hide it): %q %v", userHome, err)
 	}
-	// The invoking user's secrets: a planted key and another directory.
-	plant := filepath.Join(userHome, ".ssh", "id_ed25519")
-	if _, err := os.Stat(plant); os.IsNotExist(err) {
-		os.MkdirAll(filepath.Dir(plant), 0o700)
-		if err := os.WriteFile(plant, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nplanted\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		defer os.Remove(plant)
-	}
-	other, err := os.MkdirTemp(userHome, "strata-other-")
+	// The invoking user's secrets, planted fresh under the home directory
+	// (never a real key of the user's): a key in a .ssh directory, and
+	// another directory's notes.
+	secrets, err := os.MkdirTemp(userHome, "strata-it-secrets-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(other)
-	os.WriteFile(filepath.Join(other, "notes"), []byte("private\n"), 0o600)
+	defer os.RemoveAll(secrets)
+	plant := filepath.Join(secrets, ".ssh", "id_ed25519")
+	if err := os.Mkdir(filepath.Dir(plant), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plant, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nplanted\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(secrets, "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "notes"), []byte("private\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	// The store where users keep it: outside /tmp, which is private in a
 	// workspace (a store under /tmp would be hidden, not fenced).
@@ -101,7 +108,7 @@ func TestSandboxEscapes(t *testing.T) {
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer sleeper.Process.Kill()
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
 	abstract := fmt.Sprintf("@strata-it-%d", os.Getpid())
 	ul, err := net.Listen("unix", abstract)
 	if err != nil {
@@ -174,9 +181,36 @@ func TestSandboxEscapes(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(src, "src/app.txt")); string(b) != "line 1\nline 2\nline 3\n" {
 		t.Errorf("the source tree was modified: %q", b)
 	}
-	if err := sleeper.Process.Signal(os.Signal(nil)); err != nil && !strings.Contains(err.Error(), "unsupported") {
-		t.Errorf("the host sleeper died")
+	// The host process the workspace tried to signal is alive, neither
+	// stopped nor traced.
+	if st, tracer := procState(t, sleeper.Process.Pid); st != "S" || tracer != 0 {
+		t.Errorf("the host sleeper %d is in state %q, traced by %d; want S (sleeping), untraced", sleeper.Process.Pid, st, tracer)
 	}
+}
+
+// procState returns a process's state letter (R, S, D, T, Z, ...; "" when
+// it is gone) and the pid of its tracer (0: none), from /proc/PID/status.
+// A killed child not yet reaped is Z: kill(pid, 0) would still succeed.
+func procState(t testing.TB, pid int) (state string, tracer int) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if os.IsNotExist(err) {
+		return "", 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			state, _, _ = strings.Cut(v, " ")
+		case "TracerPid":
+			tracer, _ = strconv.Atoi(v)
+		}
+	}
+	return state, tracer
 }
 
 func acceptAll(l net.Listener) {

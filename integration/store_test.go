@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -285,12 +286,21 @@ func makeReadOnly(t testing.TB, dir string) {
 }
 
 // TestDamagedDatabase: bytes overwritten inside strata.db are found by
-// fsck, which names what is lost and exits non-zero.
+// fsck, which names what is lost — the branch, the workspace forked from
+// it and the workspace's branch, through the damaged objects — names
+// nothing else, and exits non-zero.
 func TestDamagedDatabase(t *testing.T) {
 	h := newHome(t)
 	src := filepath.Join(t.TempDir(), "src")
 	writeTree(t, src, 4)
 	h.ok("import", src, "-b", "victim")
+	h.ok("ws", "create", "w", "--from", "victim")
+	defer h.run("ws", "rm", "--force", "w")
+	// A bystander shares the small files (writeTree's shared ones) but
+	// not big.bin.
+	other := filepath.Join(t.TempDir(), "other")
+	writeTree(t, other, 5)
+	h.ok("import", other, "-b", "bystander")
 	h.ok("gc") // checkpoint the WAL into strata.db
 	db := filepath.Join(h.dir, "strata.db")
 	b, err := os.ReadFile(db)
@@ -321,13 +331,43 @@ func TestDamagedDatabase(t *testing.T) {
 	if err := os.WriteFile(db, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := h.run("fsck")
-	if r.code == 0 {
-		t.Fatalf("fsck of a damaged database exited 0:\n%s", r)
+	// What is lost, seen without fsck: victim's big.bin no longer reads
+	// back; the bystander's files all do.
+	if r := h.run("show", "victim:big.bin"); r.code == 0 && r.stdout == string(big) {
+		t.Fatalf("victim:big.bin still reads back intact: the damage missed it")
 	}
-	all := r.stdout + r.stderr
-	if !strings.Contains(all, "victim") && !strings.Contains(all, "database") {
-		t.Errorf("fsck does not name what is lost (branch victim) nor the database damage:\n%s", r)
+	out := filepath.Join(t.TempDir(), "bystander")
+	h.ok("export", "bystander", out)
+	snapshottest.CompareTrees(t, other, out, snapshottest.Owner(os.Geteuid() == 0))
+
+	var rep struct {
+		Problems []struct {
+			Object   string   `json:"object"`
+			Kind     string   `json:"kind"`
+			Detail   string   `json:"detail"`
+			Affected []string `json:"affected"`
+		} `json:"problems"`
+	}
+	r := h.fails(1, "--json", "fsck")
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("fsck --json: decoding %q: %v", r.stdout, err)
+	}
+	want := []string{"victim", "workspace:w", "ws/w"}
+	corrupt := 0
+	for _, p := range rep.Problems {
+		if p.Kind != "corrupt" || p.Object == "" || !slices.Equal(p.Affected, want) {
+			t.Errorf("problem %+v; want a corrupt object affecting %v", p, want)
+		}
+		corrupt++
+	}
+	// Each damaged window lies in one chunk; windows may share one.
+	if corrupt < 1 || corrupt > hits {
+		t.Errorf("%d corrupt objects for %d damaged windows", corrupt, hits)
+	}
+	// The text report names them too.
+	r = h.fails(1, "fsck")
+	if !strings.Contains(r.stdout, "affects: victim, workspace:w, ws/w\n") || strings.Contains(r.stdout+r.stderr, "bystander") {
+		t.Errorf("fsck does not name what is lost (victim, workspace:w, ws/w) and only that:\n%s", r)
 	}
 }
 
@@ -397,20 +437,59 @@ func TestLogShowBranch(t *testing.T) {
 	if got := h.ok("show", second.Commit[:8]+":d0/f1.txt").stdout; got != "changed\n" {
 		t.Errorf("show by id prefix = %q", got)
 	}
-	h.ok("branch", "create", "keep", "--from", "main~1")
-	if r := h.ok("branch"); !strings.Contains(r.stdout, "keep") || !strings.Contains(r.stdout, "main") {
-		t.Errorf("branch list:\n%s", r.stdout)
-	}
-	h.ok("branch", "delete", "keep")
-	// The deleted branch's commit stays recoverable within the prune window.
-	var g struct {
-		Store struct{ Removed int64 } `json:"store"`
-	}
-	h.okJSON(&g, "gc")
-	h.ok("show", second.Commit)
 	if r := h.ok("show", "main:d0"); !bytes.Contains([]byte(r.stdout), []byte("f1.txt")) {
 		t.Errorf("show main:d0 does not list f1.txt:\n%s", r.stdout)
 	}
+
+	// A branch with a commit of its own, which nothing else reaches.
+	h.ok("branch", "create", "keep", "--from", "main")
+	if r := h.ok("branch"); !strings.Contains(r.stdout, "keep") || !strings.Contains(r.stdout, "main") {
+		t.Errorf("branch list:\n%s", r.stdout)
+	}
+	if err := os.WriteFile(filepath.Join(src, "d0", "f1.txt"), []byte("only on keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var kept struct {
+		Commit string `json:"commit"`
+	}
+	h.okJSON(&kept, "import", src, "-b", "keep", "-m", "kept")
+	h.ok("branch", "delete", "keep")
+	type gcResult struct {
+		Store struct {
+			Marked       int64 `json:"marked"`
+			Removed      int64 `json:"removed"`
+			RemovedBytes int64 `json:"removed_bytes"`
+			DryRun       bool  `json:"dry_run"`
+		} `json:"store"`
+	}
+	// Within the prune window the deleted branch's commit stays
+	// recoverable: the operation log names it, gc keeps it.
+	var g gcResult
+	h.okJSON(&g, "gc")
+	if g.Store.DryRun || g.Store.Marked == 0 || g.Store.Removed != 0 || g.Store.RemovedBytes != 0 {
+		t.Errorf("gc within the prune window: %+v; want objects marked and none removed", g.Store)
+	}
+	if got := h.ok("show", kept.Commit+":d0/f1.txt").stdout; got != "only on keep\n" {
+		t.Errorf("the deleted branch's commit after gc: show %s:d0/f1.txt = %q", kept.Commit, got)
+	}
+	h.ok("branch", "create", "keep", "--from", kept.Commit[:8]) // recoverable by id
+	h.ok("branch", "delete", "keep")
+	// With --prune 0s only branches and workspaces count: it goes, and
+	// main's history stays.
+	var g0 gcResult
+	h.okJSON(&g0, "gc", "--prune", "0s")
+	// At least the commit, its root tree, d0's tree and the new f1.txt.
+	if g0.Store.Removed < 4 || g0.Store.RemovedBytes == 0 {
+		t.Errorf("gc --prune 0s: %+v; want the deleted branch's commit, trees and file removed", g0.Store)
+	}
+	if r := h.fails(1, "show", kept.Commit); !strings.Contains(r.stderr, kept.Commit[:8]) {
+		t.Errorf("show of the pruned commit does not name it:\n%s", r)
+	}
+	h.ok("show", second.Commit)
+	if got := h.ok("show", "main:d0/f1.txt").stdout; got != "changed\n" {
+		t.Errorf("main after gc --prune 0s: show main:d0/f1.txt = %q", got)
+	}
+	h.fsckClean()
 }
 
 // racyMargin is how recent a change may be for the stat cache to distrust

@@ -44,8 +44,12 @@ func TestWorkspaceCorpus(t *testing.T) {
 	if !strings.Contains(r.stdout+r.stderr, "pass 2") {
 		t.Errorf("npm test inside the workspace:\n%s", r)
 	}
-	if r := h.ok("exec", "a", "--", "git", "status", "--porcelain"); strings.TrimSpace(r.stdout) != "" {
-		t.Errorf("git status in a fresh workspace is not clean:\n%s", r.stdout)
+	// A fresh workspace is the source as it is: git sees in it exactly
+	// what it sees in the source (the corpus's own working copy may be
+	// dirty: npm rewrites package-lock.json as it installs).
+	want := sh(t, src, "git -c safe.directory='*' status --porcelain")
+	if r := h.ok("exec", "a", "--", "git", "status", "--porcelain"); r.stdout != want {
+		t.Errorf("git status in a fresh workspace:\n%s\nin the source:\n%s", r.stdout, want)
 	}
 	if got := h.ok("exec", "a", "--", "node", "-e", "console.log(require('react/package.json').name)").stdout; strings.TrimSpace(got) != "react" {
 		t.Errorf("node -e require(react) = %q", got)
@@ -200,46 +204,72 @@ func TestStopEndsEverything(t *testing.T) {
 	// A daemon the command leaves behind (its own session, so that it
 	// outlives the exec) must still end with the workspace.
 	h.ok("exec", "w", "--", "sh", "-c", "setsid -f bash -c 'exec -a "+marker+" sleep 1000' </dev/null >/dev/null 2>&1")
-	// setsid -f returns before the daemon has exec'd: give it a moment.
-	for deadline := time.Now().Add(3 * time.Second); countProcs(t, marker) == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := countProcs(t, marker); n != 1 {
-		t.Fatalf("%d background sleepers after exec; want 1", n)
-	}
+	waitProcs(t, marker, 1)
 	h.ok("ws", "stop", "w")
 	waitNoProcs(t, marker)
 
 	// Kill the keeper outright: the next exec starts a new one.
 	h.ok("exec", "w", "--", "true")
-	var info struct {
-		PID int `json:"pid"`
-	}
-	h.okJSON(&info, "ws", "path", "w")
-	var list []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(h.ok("--json", "ws", "list").stdout), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatal(err)
+	keeper := func() (state string, pid int) {
+		t.Helper()
+		var w struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+			PID   int    `json:"pid"`
 		}
-		list = append(list, m)
+		lines := strings.Split(strings.TrimSpace(h.ok("--json", "ws", "list").stdout), "\n")
+		if len(lines) != 1 {
+			t.Fatalf("ws list: %d workspaces; want 1:\n%s", len(lines), strings.Join(lines, "\n"))
+		}
+		if err := json.Unmarshal([]byte(lines[0]), &w); err != nil || w.Name != "w" {
+			t.Fatalf("ws list: %q: %v", lines[0], err)
+		}
+		return w.State, w.PID
 	}
-	pid := int(list[0]["pid"].(float64))
+	state, pid := keeper()
+	if state != "running" || pid <= 0 {
+		t.Fatalf("after exec, workspace w is %s with keeper pid %d; want running with a keeper", state, pid)
+	}
+	if st, _ := procState(t, pid); st == "" || st == "Z" {
+		t.Fatalf("keeper pid %d listed by ws list is not alive (state %q)", pid, st)
+	}
 	if err := exec.Command("kill", "-9", strconv.Itoa(pid)).Run(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _ := procState(t, pid); st == "" || st == "Z" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keeper %d survived SIGKILL", pid)
+		}
+	}
 	h.ok("exec", "w", "--", "true")
+	state, pid2 := keeper()
+	if st, _ := procState(t, pid2); state != "running" || pid2 <= 0 || pid2 == pid || st == "" || st == "Z" {
+		t.Fatalf("after the keeper was killed and exec ran again: %s, keeper %d (state %q); want running with a new live keeper, not %d", state, pid2, st, pid)
+	}
 
 	// The store deleted under a live workspace (rm -rf, not ws rm): its
 	// keeper notices and ends, and everything in the workspace with it.
 	marker2 := marker + "-orphan"
 	h.ok("exec", "w", "--", "sh", "-c", "setsid -f bash -c 'exec -a "+marker2+" sleep 1000' </dev/null >/dev/null 2>&1")
-	for deadline := time.Now().Add(3 * time.Second); countProcs(t, marker2) == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitProcs(t, marker2, 1)
 	sh(t, "", "chmod -R u+rwX '"+h.dir+"'; rm -rf '"+h.dir+"'")
 	waitNoProcs(t, marker2)
+}
+
+// waitProcs waits until exactly n processes carry marker: setsid -f
+// returns before the daemon it starts has exec'd.
+func waitProcs(t testing.TB, marker string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for countProcs(t, marker) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes %q; want %d", countProcs(t, marker), marker, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func countProcs(t testing.TB, marker string) int {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,9 +29,49 @@ import (
 //
 // A freezer killed before it thaws (SIGKILL in the middle of a commit)
 // must not leave the workspace stopped forever: Freeze writes frozenFile
-// naming itself first, and the next Exec, Freeze or StartKeeper of the
-// workspace whose freezer is gone resumes every process (ThawStale).
+// naming itself first, and the next Exec or Freeze of the workspace whose
+// freezer is gone resumes every process (ThawStale).
+//
+// Freezers of one workspace take turns (an flock on freezeLock, held until
+// thaw or the freezer's death): otherwise the first to thaw would resume
+// the processes a second one is still reading the upper behind.
 func Freeze(dir string) (thaw func(), err error) {
+	unlock, err := lockFreeze(dir)
+	if err != nil {
+		return nil, err
+	}
+	resume, err := freeze(dir)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return func() { resume(); unlock() }, nil
+}
+
+// freezeLock, in a workspace's state directory, serializes its freezers.
+const freezeLock = "freeze.lock"
+
+// lockFreeze takes the workspace's freeze lock, waiting for another
+// freezer to thaw. The kernel releases it when the freezer dies.
+func lockFreeze(dir string) (unlock func(), err error) {
+	fd, err := unix.Open(filepath.Join(dir, freezeLock), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("freeze workspace: %w", &os.PathError{Op: "open", Path: filepath.Join(dir, freezeLock), Err: err})
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("freeze workspace: lock: %w", err)
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+func freeze(dir string) (thaw func(), err error) {
 	if inSubIDNS {
 		return freezeByKeeper(dir)
 	}
@@ -87,11 +129,15 @@ func stopAll(list func() []int, self int) (map[int]bool, error) {
 		}
 	}
 	// SIGSTOP is asynchronous: wait until each process is really stopped
-	// (state T), so that no write is still in flight.
+	// (state T), so that no write is still in flight. A parent in vfork
+	// (a shell starting a command, posix_spawn, Go's os/exec) waits in
+	// state D until its child execs, which a child stopped before its
+	// exec never does: it runs no code and writes nothing until then, and
+	// stops as soon as it returns.
 	for pid := range stopped {
 		for {
 			state, _, err := procStat(strconv.Itoa(pid))
-			if err != nil || state == 'T' || state == 't' || state == 'Z' || state == 'X' {
+			if err != nil || state == 'T' || state == 't' || state == 'Z' || state == 'X' || state == 'D' && inVfork(pid) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -102,6 +148,42 @@ func stopAll(list func() []int, self int) (map[int]bool, error) {
 		}
 	}
 	return stopped, nil
+}
+
+// vforkWchans are the kernel functions a vfork parent waits in, as
+// /proc/PID/wchan names them: wait_for_vfork_done, or the function it is
+// inlined into (kernel_clone; _do_fork before 5.10, do_fork before 4.2).
+var vforkWchans = map[string]bool{"wait_for_vfork_done": true, "kernel_clone": true, "_do_fork": true, "do_fork": true}
+
+// inVfork reports whether pid is blocked in vfork(2), or in clone or
+// clone3 with CLONE_VFORK, waiting for its child to exec or exit:
+// by /proc/PID/wchan, else by /proc/PID/syscall.
+func inVfork(pid int) bool {
+	p := "/proc/" + strconv.Itoa(pid)
+	if b, err := os.ReadFile(p + "/wchan"); err == nil && vforkWchans[string(b)] {
+		return true
+	}
+	b, err := os.ReadFile(p + "/syscall") // "NR ARG0 ..." while blocked
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return false
+	}
+	nr, err1 := strconv.Atoi(f[0])
+	arg0, err2 := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64)
+	switch {
+	case err1 != nil || err2 != nil:
+		return false
+	case nr == unix.SYS_CLONE:
+		return arg0&unix.CLONE_VFORK != 0
+	case nr == unix.SYS_CLONE3:
+		// Its flags are in the caller's memory; clone3 only waits in
+		// D for a vfork child (a pending signal restarts a fork).
+		return true
+	}
+	return runtime.GOARCH == "amd64" && nr == 58 // vfork
 }
 
 // contAll resumes what stopAll stopped.

@@ -4,18 +4,18 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/stratafs/strata/internal/testutil"
 )
 
 // TestInitDeps: strata-init, and so package nsexec, links neither cgo
 // nor SQLite nor package seccomp (libseccomp): it must stay small and
 // fast to start, and pure Go for syscall.AllThreadsSyscall.
 func TestInitDeps(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
-	}
-	out, err := exec.Command("go", "list", "-deps", "github.com/stratafs/strata/cmd/strata-init").Output()
+	goCmd := testutil.LookPath(t, "go")
+	out, err := exec.Command(goCmd, "list", "-deps", "github.com/stratafs/strata/cmd/strata-init").Output()
 	if err != nil {
-		t.Skipf("go list: %v", err)
+		t.Fatalf("go list: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		switch {

@@ -2,6 +2,7 @@ package nsexec
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -79,19 +80,57 @@ func TestCodec(t *testing.T) {
 }
 
 // FuzzDecode: the child's decoders reject garbage without panicking or
-// allocating much.
+// allocating much, and whatever decodes re-encodes to bytes that decode to
+// an equal value (decode → encode → decode is the identity).
 func FuzzDecode(f *testing.F) {
+	cmd := &wireCommand{Argv: []string{"a"}, Env: []string{"K=v"}, Dir: "/d", TTY: true,
+		Landlock: &landlock.Ruleset{ABI: 4, HandledFS: 3, Paths: []landlock.PathRule{{Path: "/", Access: 1}}, Ports: []landlock.PortRule{{Port: 80, Access: 2}}},
+		Seccomp:  []bpfProgram{{{Code: 6, Jt: 1, Jf: 2, K: 3}}}}
 	var e encoder
-	e.config(&childConfig{Version: protoVersion, Name: "n", Mount: overlayfs.Config{Lowers: []string{"/l"}},
-		Command: &wireCommand{Argv: []string{"a"}, Landlock: &landlock.Ruleset{Paths: []landlock.PathRule{{Path: "/"}}}, Seccomp: []bpfProgram{{{Code: 6}}}}})
+	e.config(&childConfig{Version: protoVersion, Name: "n", Mount: overlayfs.Config{Lowers: []string{"/l"}, Volatile: true},
+		Binds: []Bind{{Source: "/s", Target: "/t"}}, Command: cmd})
 	f.Add(e.b)
+	for _, m := range []*message{
+		{Version: protoVersion, Command: cmd, Freeze: true},
+		{Signal: -2, Started: 7, Exited: &ExitStatus{Code: 130, Signal: unix.SIGINT}},
+		{Error: &wireError{Msg: "m", Errno: 2, Path: "/p", Mount: &wireMount{Target: "/t", Log: []string{"e"}}}},
+	} {
+		e = encoder{}
+		e.message(m)
+		f.Add(e.b)
+	}
 	f.Add([]byte{protoVersion, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d := decoder{b: b}
-		d.config()
+		if c, err := d.config(); err == nil {
+			var e encoder
+			e.config(c)
+			d := decoder{b: e.b}
+			back, err := d.config()
+			if err != nil || !reflect.DeepEqual(back, c) {
+				t.Errorf("config %s re-encoded decodes to %s, %v", asJSON(c), asJSON(back), err)
+			}
+		}
 		d = decoder{b: b}
-		d.message()
+		if m, err := d.message(); err == nil {
+			var e encoder
+			e.message(m)
+			d := decoder{b: e.b}
+			back, err := d.message()
+			if err != nil || !reflect.DeepEqual(back, m) {
+				t.Errorf("message %s re-encoded decodes to %s, %v", asJSON(m), asJSON(back), err)
+			}
+		}
 	})
+}
+
+// asJSON shows a decoded value with what its pointers point to.
+func asJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v (%v)", v, err)
+	}
+	return string(b)
 }
 
 // TestWireFields fails when a type the codec copies field by field gains

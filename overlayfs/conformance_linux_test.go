@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/internal/testutil"
 )
 
 // The conformance suite makes a change through a real overlay mount,
@@ -509,7 +511,7 @@ func runConformance(t *testing.T, md confMode) {
 		must(t, unix.Mount("tmpfs", scratch, "tmpfs", 0, "mode=0755"))
 		t.Cleanup(func() { unix.Unmount(scratch, unix.MNT_DETACH) })
 		if feat, _ = Probe(scratch); !feat.UserXattrs {
-			t.Skip("no user xattrs on tmpfs (Linux 6.6+)")
+			testutil.Skip(t, "no user xattrs on tmpfs (Linux 6.6+)")
 		}
 	}
 	t.Logf("mounting with %s on %s", feat.Method(), fsType(scratch))

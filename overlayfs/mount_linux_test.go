@@ -157,7 +157,7 @@ func testMountMethods(t *testing.T) {
 	for _, m := range []Method{Legacy, Fsconfig, FsconfigFD} {
 		t.Run(m.String(), func(t *testing.T) {
 			if !methods[m] {
-				t.Skipf("kernel lacks %s", m)
+				testutil.Skip(t, "kernel lacks "+m.String())
 			}
 			f := feat
 			f.LowerdirPlus, f.LayerFDs = m != Legacy, m == FsconfigFD
@@ -209,16 +209,6 @@ func testMountMethods(t *testing.T) {
 		if !errors.As(err, &me) || me.Op != "prepare" || !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("missing lower: %v", err)
 		}
-		if !feat.LowerdirPlus {
-			return
-		}
-		// The kernel's fs context messages reach the error.
-		err = mountPlan(s.merged, s.cfg, Plan{Method: Fsconfig, Params: []Param{{Kind: ParamFlag, Key: "bogus"}}}, false)
-		if !errors.As(err, &me) || me.Op != `fsconfig bogus` || !errors.Is(err, unix.EINVAL) ||
-			len(me.Log) == 0 || !strings.Contains(me.Log[0], "Unknown parameter 'bogus'") {
-			t.Errorf("bogus parameter: %#v", err)
-		}
-		t.Logf("example error: %v", err)
 		// overlayfs's own refusals go to dmesg: the error says so.
 		bad := s.cfg
 		bad.Work = "/proc" // not on the upper's filesystem
@@ -229,9 +219,24 @@ func testMountMethods(t *testing.T) {
 		t.Logf("example error: %v", err)
 	})
 
+	t.Run("fsconfig log", func(t *testing.T) {
+		if !feat.LowerdirPlus {
+			testutil.Skip(t, "kernel lacks fsconfig lowerdir+ (Linux 6.8+)")
+		}
+		s := newStack(t, t.TempDir(), feat)
+		// The kernel's fs context messages reach the error.
+		err := mountPlan(s.merged, s.cfg, Plan{Method: Fsconfig, Params: []Param{{Kind: ParamFlag, Key: "bogus"}}}, false)
+		var me *MountError
+		if !errors.As(err, &me) || me.Op != `fsconfig bogus` || !errors.Is(err, unix.EINVAL) ||
+			len(me.Log) == 0 || !strings.Contains(me.Log[0], "Unknown parameter 'bogus'") {
+			t.Errorf("bogus parameter: %#v", err)
+		}
+		t.Logf("example error: %v", err)
+	})
+
 	t.Run("volatile", func(t *testing.T) {
 		if !feat.Volatile {
-			t.Skip("kernel lacks volatile")
+			testutil.Skip(t, "kernel lacks volatile")
 		}
 		s := newStack(t, t.TempDir(), feat)
 		vol := s.cfg

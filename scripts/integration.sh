@@ -6,6 +6,8 @@
 #   STRATA_CORPUS      the shared corpus (built by make corpus)
 #   STRATA_TEST_NO_SKIP=1  capability-gated skips fail (CI sets it)
 #   IT_ARGS            extra arguments for the test binary (e.g. -test.run X)
+#   STRATA_BIN_DIR     the strata and strata-init to test (default bin/)
+#   GOCOVERDIR         where coverage-instrumented binaries write (make cover)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -16,7 +18,9 @@ tmp=$(mktemp -d /tmp/strata-it.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO test -tags integration -c -o "$tmp/integration.test" ./integration
-cp bin/strata bin/strata-init "$tmp/"
+# STRATA_BIN_DIR: where strata and strata-init come from (make cover
+# passes coverage-instrumented ones).
+cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
 chmod 755 "$tmp/integration.test" "$tmp/strata"
 export STRATA_BIN="$tmp/strata"
 export GOTRACEBACK=all
@@ -31,9 +35,19 @@ pass() { # pass LABEL CMD...
   fi
   echo "== integration tests ($label): ok in $((SECONDS - start))s"
 }
+# Both passes run even when the first fails, so that one run shows every
+# failure; the script fails if either did.
+failed=0
 if [ "$(id -u)" -eq 0 ]; then
-  (cd "$tmp" && pass root ./integration.test)
+  cover=${GOCOVERDIR:-}
+  if [ -n "$cover" ]; then mkdir -p "$cover/root"; export GOCOVERDIR=$cover/root; fi
+  (cd "$tmp" && pass root ./integration.test) || failed=1
   uid=$(id -u "$user"); gid=$(id -g "$user")
+  # Each pass writes its own coverage data: a file one user wrote cannot
+  # be replaced by the other in a shared directory.
+  if [ -n "$cover" ]; then
+    mkdir -p "$cover/user"; chown "$uid:$gid" "$cover/user"; export GOCOVERDIR=$cover/user
+  fi
   # Outside /tmp: inside a workspace /tmp is private, and the sandbox tests
   # plant secrets in this home that must be fenced, not merely hidden.
   home=$(mktemp -d /var/tmp/strata-it-home.XXXXXX)
@@ -41,8 +55,9 @@ if [ "$(id -u)" -eq 0 ]; then
   trap 'rm -rf "$tmp" "$home"' EXIT
   (cd "$home" && pass "rootless, as $user" setpriv --reuid="$uid" --regid="$gid" --init-groups \
      env HOME="$home" TMPDIR="$home" XDG_DATA_HOME="$home/.local/share" XDG_CACHE_HOME="$home/.cache" \
-     "$tmp/integration.test")
+     "$tmp/integration.test") || failed=1
 else
   echo "== integration tests (root): skipped, not running as root; CI runs this pass"
-  (cd "$tmp" && pass "rootless, as $(id -un)" ./integration.test)
+  (cd "$tmp" && pass "rootless, as $(id -un)" ./integration.test) || failed=1
 fi
+exit $failed

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -18,10 +19,7 @@ import (
 // statistics, and the deletion of a large directory. The upper
 // directories are made by hand (what a workspace would leave).
 func TestApplyUpperCorpus(t *testing.T) {
-	corpus := os.Getenv("STRATA_CORPUS")
-	if corpus == "" {
-		t.Skip("STRATA_CORPUS not set")
-	}
+	corpus := testutil.Corpus(t)
 	ctx := context.Background()
 	s := openStore(t)
 	start := time.Now()

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/snapshot/snapshottest"
 	"github.com/stratafs/strata/store"
 )
@@ -264,7 +265,7 @@ func withUpper(upper string, cs []UpperChange) []UpperChange {
 // is, id for id, the tree Import makes of the merged view.
 func TestApplyUpperCases(t *testing.T) {
 	if !snapshottest.Probe(t.TempDir()).Xattrs {
-		t.Skip("no user xattrs here")
+		testutil.Skip(t, "no user xattrs on the test directory's filesystem")
 	}
 	for _, c := range upperCases() {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/snapshot/snapshottest"
 	"github.com/stratafs/strata/store"
@@ -149,10 +150,7 @@ func TestStoreReimport(t *testing.T) {
 // TestCorpus imports the benchmark corpus (STRATA_CORPUS, built by
 // shared/corpus/build.sh), materializes it and compares; it logs timings.
 func TestCorpus(t *testing.T) {
-	corpus := os.Getenv("STRATA_CORPUS")
-	if corpus == "" {
-		t.Skip("STRATA_CORPUS not set")
-	}
+	corpus := testutil.Corpus(t)
 	s := openStore(t)
 	ctx := context.Background()
 	start := time.Now()

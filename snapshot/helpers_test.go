@@ -129,7 +129,7 @@ func runAsUser(t *testing.T) (done bool) {
 		t.Fatalf("as uid 1000: %v", err)
 	}
 	if strings.Contains(string(out), "--- SKIP") {
-		t.Skip("skipped as uid 1000")
+		testutil.Skip(t, "skipped as uid 1000:\n"+string(out))
 	}
 	return true
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/snapshot/snapshottest"
 	"github.com/stratafs/strata/store"
 )
@@ -449,10 +450,7 @@ func TestWriteDelta(t *testing.T) {
 // layer, a one-file delta, and a delta that adds a hardlink group (which
 // reads every directory of the tree to find the group's members).
 func TestLayerCorpus(t *testing.T) {
-	corpus := os.Getenv("STRATA_CORPUS")
-	if corpus == "" {
-		t.Skip("STRATA_CORPUS not set")
-	}
+	corpus := testutil.Corpus(t)
 	ctx := context.Background()
 	s := openLayerStore(t)
 	c1, tree1 := importAs(t, s, corpus)

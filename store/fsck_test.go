@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -101,16 +103,27 @@ func TestFsckMissingObject(t *testing.T) {
 }
 
 // TestFsckDamagedDatabase writes garbage into the middle of strata.db:
-// fsck must report what is lost, not fail or crash.
+// fsck must report what is lost, not fail or crash. What is lost is found
+// independently of fsck: the branches whose file no longer reads back
+// intact. fsck must name exactly those, each through a damaged object of
+// its own.
 func TestFsckDamagedDatabase(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 8 {
-		name := string(rune('a' + i))
-		commitFile(t, s, "b/"+name, ZeroID, name, randBytes(uint64(100+i), 300<<10))
+	const branches = 8
+	names := make([]string, branches)
+	contents := make([][]byte, branches)
+	owned := map[ID]string{} // object -> the one branch that reaches it
+	for i := range branches {
+		names[i] = "b/" + string(rune('a'+i))
+		contents[i] = randBytes(uint64(100+i), 300<<10)
+		c := commitFile(t, s, names[i], ZeroID, names[i][2:], contents[i])
+		for _, id := range branchObjects(t, s, c) {
+			owned[id] = names[i]
+		}
 	}
 	mustFsckOK(t, s)
 	s.Close()
@@ -136,6 +149,15 @@ func TestFsckDamagedDatabase(t *testing.T) {
 		t.Fatalf("open damaged store: %v", err)
 	}
 	defer s.Close()
+	var lost []string
+	for i, name := range names {
+		if got, err := readBranchFile(s, name); err != nil || !bytes.Equal(got, contents[i]) {
+			lost = append(lost, name)
+		}
+	}
+	if len(lost) == 0 {
+		t.Fatal("the garbage damaged no branch's data: the test no longer checks that fsck names what is lost")
+	}
 	rep, err := s.Fsck(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("fsck of a damaged store: %v", err)
@@ -145,18 +167,100 @@ func TestFsckDamagedDatabase(t *testing.T) {
 	}
 	var kinds []string
 	var affected []string
-	for _, p := range rep.Problems {
-		kinds = append(kinds, p.Kind)
-		affected = append(affected, p.Affected...)
-	}
-	slices.Sort(affected)
+	named := map[string]bool{} // branches named through a damaged object of their own
 	for _, p := range rep.Problems {
 		t.Logf("%s %s: %s (affects %v)", p.Kind, p.Object.Short(), p.Detail, p.Affected)
+		kinds = append(kinds, p.Kind)
+		affected = append(affected, p.Affected...)
+		if b, ok := owned[p.Object]; ok && slices.Contains(p.Affected, b) && (p.Kind == ProblemCorrupt || p.Kind == ProblemMissing) {
+			named[b] = true
+		}
 	}
-	t.Logf("%d problems of kinds %v; affected %v", len(rep.Problems), slices.Compact(kinds), slices.Compact(affected))
+	slices.Sort(affected)
+	affected = slices.Compact(affected)
+	t.Logf("%d problems of kinds %v; affected %v; lost %v", len(rep.Problems), slices.Compact(kinds), affected, lost)
 	if !slices.Contains(kinds, ProblemDatabase) {
 		t.Errorf("no database problem reported")
 	}
+	if !slices.Equal(affected, lost) {
+		t.Errorf("fsck names %v as affected; the branches that no longer read back are %v", affected, lost)
+	}
+	for _, b := range lost {
+		if !named[b] {
+			t.Errorf("no corrupt or missing object of %s names it", b)
+		}
+	}
+}
+
+// branchObjects lists the objects of a commitFile commit: the commit, its
+// tree, and the file's chunk tree down to its chunks.
+func branchObjects(tb testing.TB, s *Store, commit ID) []ID {
+	tb.Helper()
+	ids := []ID{commit}
+	err := s.View(context.Background(), func(tx *Tx) error {
+		c, err := tx.Commit(commit)
+		if err != nil {
+			return err
+		}
+		tr, err := tx.Tree(c.Tree)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, c.Tree)
+		var walk func(id ID) error
+		walk = func(id ID) error {
+			ids = append(ids, id)
+			k, err := tx.kindOf(id)
+			if err != nil || k != KindFile {
+				return err
+			}
+			n, err := tx.FileNode(id)
+			if err != nil {
+				return err
+			}
+			for _, r := range n.Refs {
+				if err := walk(r.ID); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return walk(tr.Entries[0].Content)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ids
+}
+
+// readBranchFile reads back the one file of a commitFile branch.
+func readBranchFile(s *Store, branch string) ([]byte, error) {
+	var content ID
+	err := s.View(context.Background(), func(tx *Tx) error {
+		id, err := tx.Ref(branch)
+		if err != nil {
+			return err
+		}
+		c, err := tx.Commit(id)
+		if err != nil {
+			return err
+		}
+		tr, err := tx.Tree(c.Tree)
+		if err != nil {
+			return err
+		}
+		if len(tr.Entries) != 1 {
+			return fmt.Errorf("%s: %d entries", branch, len(tr.Entries))
+		}
+		content = tr.Entries[0].Content
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	_, err = s.ReadContentTo(context.Background(), content, &b)
+	return b.Bytes(), err
 }
 
 func TestOpenGarbageHeader(t *testing.T) {

@@ -209,7 +209,7 @@ func deadPID(t testing.TB) int {
 	t.Helper()
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
-		t.Skipf("cannot run true: %v", err)
+		t.Fatalf("cannot run true: %v", err)
 	}
 	return cmd.Process.Pid
 }

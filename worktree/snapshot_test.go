@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/snapshot/snapshottest"
 	"github.com/stratafs/strata/store"
@@ -19,9 +20,7 @@ import (
 // every mtime the commit time) into a new directory.
 func archive(t testing.TB, repo, rev string) string {
 	t.Helper()
-	if _, err := exec.LookPath("tar"); err != nil {
-		t.Skip("tar(1) is not installed") // not a capability strata needs
-	}
+	testutil.LookPath(t, "tar")
 	d := filepath.Join(t.TempDir(), "archive")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)

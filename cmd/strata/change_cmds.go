@@ -127,7 +127,7 @@ func changeCommands(e *env) []*cli.Command {
 			Usage:     "merge a workspace's branch (or a branch) into the branch it was forked from, or --into",
 			ArgsUsage: "NAME|BRANCH",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "into", Usage: "target branch (default: the branch the workspace was forked from, else main)"},
+				&cli.StringFlag{Name: "into", Usage: "target branch (default: the branch the workspace or branch was forked from, else main)"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {

@@ -5,6 +5,7 @@ package testutil
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -45,4 +46,35 @@ func AsUser(t testing.TB) {
 	if os.Geteuid() == 0 {
 		t.Skip("unprivileged pass only")
 	}
+}
+
+// Corpus returns the shared test corpus ($STRATA_CORPUS, built by `make
+// corpus`: a git repository with a real node_modules). Unset, the test is
+// skipped (a plain `go test` run); set but missing or incomplete, it is a
+// capability gate: skipped with the reason, or failed under NoSkip — the
+// Makefile builds the corpus before any test that reads it.
+func Corpus(t testing.TB) string {
+	t.Helper()
+	c := os.Getenv("STRATA_CORPUS")
+	if c == "" {
+		if NoSkip() {
+			t.Fatal("STRATA_CORPUS is not set (STRATA_TEST_NO_SKIP=1): run the tests through `make test`, which builds it")
+		}
+		t.Skip("STRATA_CORPUS is not set: `make corpus` builds it")
+	}
+	if _, err := os.Stat(c + "/node_modules"); err != nil {
+		Skip(t, "the corpus is missing at "+c+" ("+err.Error()+"): run `make corpus`")
+	}
+	return c
+}
+
+// LookPath returns the path of a program a test needs, or skips (fails
+// under NoSkip) naming it: `make deps` installs what the tests use.
+func LookPath(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Skip(t, name+" is not installed (`make deps` installs it): "+err.Error())
+	}
+	return p
 }
