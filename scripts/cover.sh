@@ -46,7 +46,9 @@ echo
 printf '| %-45s | %8s | %12s | %8s |\n' package unit integration merged
 printf '|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..47})" "---------:" "-------------:" "---------:"
 while read -r p u i m; do
-  printf '| %-45s | %8s | %12s | %8s |\n' "${p#github.com/stratafs/strata}" "$u" "$i" "$m"
+  name=${p#github.com/stratafs/strata/}
+  [ "$p" = github.com/stratafs/strata ] && name="strata (root package)"
+  printf '| %-45s | %8s | %12s | %8s |\n' "$name" "$u" "$i" "$m"
 done <"$dir/table"
 echo
 echo "cover: total (merged): $($GO tool cover -func="$dir/cover.out" | awk '/^total:/ { print $NF }')"
