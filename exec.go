@@ -22,7 +22,7 @@ import (
 const (
 	SandboxAgent  = "agent"  // Landlock fence + seccomp deny list (default)
 	SandboxStrict = "strict" // agent + no network (--net none, sockets denied)
-	SandboxNone   = "none"   // trusted work: no fence at all
+	SandboxNone   = "none"   // trusted work: no fence at all, the host view
 )
 
 // Network modes (--net).
@@ -35,7 +35,7 @@ const (
 type SandboxOptions struct {
 	Mode         string   // SandboxAgent (default), SandboxStrict, SandboxNone
 	Net          string   // NetHost (default; NetNone under strict)
-	RW, RO       []string // extra paths visible read-write / read-only
+	RW, RO       []string // host paths added to the view read-write / read-only (must exist)
 	AllowConnect []uint16 // TCP ports connect(2) may reach (Landlock ABI 4+)
 	AllowBind    []uint16 // TCP ports bind(2) may use (Landlock ABI 4+)
 	RequireABI   int      // refuse to run when Landlock's ABI is older

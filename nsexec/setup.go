@@ -72,12 +72,26 @@ func setupNamespace(c *childConfig) (_ *hostSetup, err error) {
 		trees = append(trees, fd)
 	}
 	if c.wantsView() {
-		hs.binds = append(hs.binds, c.View...)
-		if c.Command != nil {
-			hs.binds = append(hs.binds, c.Command.Binds...)
+		// A keeper's binds are the store's defaults and toolchains: one
+		// that vanished since the parent looked is left out (a command
+		// asking for it gets a view of its own, and the error); a
+		// one-shot run's are what its command asked for.
+		for _, b := range c.View {
+			got, err := captureBinds([]Bind{b})
+			if err != nil {
+				hs.warnings = append(hs.warnings, fmt.Sprintf("view: left out: %v", err))
+				continue
+			}
+			hs.extra = append(hs.extra, got...)
+			hs.binds = append(hs.binds, b)
 		}
-		if hs.extra, err = captureBinds(hs.binds); err != nil {
-			return nil, err
+		if c.Command != nil {
+			got, err := captureBinds(c.Command.Binds)
+			if err != nil {
+				return nil, err
+			}
+			hs.extra = append(hs.extra, got...)
+			hs.binds = append(hs.binds, c.Command.Binds...)
 		}
 		if c.Command == nil {
 			if hs.pristine, err = pristineNS(); err != nil {

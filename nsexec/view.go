@@ -43,7 +43,7 @@ import (
 // from), mounts the view's tmpfs over /tmp, pivot_roots into it, detaches
 // the old root and places the captured trees. A command that needs binds
 // the keeper's view lacks gets a view of its own the same way, from a
-// copy of the keeper's view (viewFor).
+// copy of the keeper's view (view.enter).
 
 // systemDirs are the host directories every view shows read-only where
 // they exist. A symlink among them (a usr-merged host's /bin → usr/bin)
