@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -159,7 +160,11 @@ func runMain() int {
 	}
 	var v *view
 	if cfg.Command.View {
-		if v, err = hs.buildView(cfg); err != nil {
+		// Two Ps while it builds, as in a keeper (keeper_child.go).
+		procs := runtime.GOMAXPROCS(2)
+		v, err = hs.buildView(cfg)
+		runtime.GOMAXPROCS(procs)
+		if err != nil {
 			return fail(err)
 		}
 	}
