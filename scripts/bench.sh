@@ -46,8 +46,10 @@ if [ -n "$base_rev" ] && [ "$base_rev" != none ]; then
   echo "bench: building the baseline $short for the view scenario" >&2
   mkdir -p "$tmp/base-src" "$tmp/base"
   git archive "$base_rev" | tar -x -C "$tmp/base-src"
-  (cd "$tmp/base-src" && $GO build -trimpath -tags urfave_cli_no_docs -o "$tmp/base/strata" ./cmd/strata &&
-    CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o "$tmp/base/strata-init" ./cmd/strata-init)
+  (cd "$tmp/base-src" && $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata ./cmd/strata &&
+    CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata-init ./cmd/strata-init)
+  # Copied, as the current binaries are: files written alike start alike.
+  cp "$tmp/base-src/bin/strata" "$tmp/base-src/bin/strata-init" "$tmp/base/"
   chmod 755 "$tmp/base" "$tmp/base/strata" "$tmp/base/strata-init"
   rm -rf "$tmp/base-src"
   export BENCH_BASE="$tmp/base/strata" BENCH_BASE_REV="$short"
