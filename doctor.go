@@ -36,6 +36,9 @@ type DoctorReport struct {
 	RealRoot bool            `json:"real_root"`
 	Checks   []Check         `json:"checks"`
 	Sandbox  []SandboxReport `json:"sandbox"`
+	// View is what a sandboxed command of the store sees (DescribeView,
+	// for this process's PATH).
+	View []ViewEntry `json:"view"`
 }
 
 // SandboxReport says what one --sandbox mode enforces on this kernel, and
@@ -140,6 +143,7 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 	add(cgroupCheck())
 	add(subIDCheck())
 	rep.Sandbox = sandboxReports(abi)
+	rep.View = DescribeView(scratchParent, os.Environ())
 	return rep
 }
 
@@ -182,7 +186,7 @@ func sandboxReports(abi int) []SandboxReport {
 		}
 		out = append(out, rep)
 	}
-	return append(out, SandboxReport{Mode: SandboxNone, Missing: []string{"nothing is enforced beyond the workspace's private mount namespace: for trusted work only"}})
+	return append(out, SandboxReport{Mode: SandboxNone, Missing: []string{"nothing is enforced beyond the workspace's private mount namespace, whose view is the whole host (your home included): for trusted work only"}})
 }
 
 func hintIfSet() string {

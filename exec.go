@@ -22,7 +22,7 @@ import (
 const (
 	SandboxAgent  = "agent"  // Landlock fence + seccomp deny list (default)
 	SandboxStrict = "strict" // agent + no network (--net none, sockets denied)
-	SandboxNone   = "none"   // trusted work: no fence at all
+	SandboxNone   = "none"   // trusted work: no fence at all, the host view
 )
 
 // Network modes (--net).
@@ -35,7 +35,7 @@ const (
 type SandboxOptions struct {
 	Mode         string   // SandboxAgent (default), SandboxStrict, SandboxNone
 	Net          string   // NetHost (default; NetNone under strict)
-	RW, RO       []string // extra paths visible read-write / read-only
+	RW, RO       []string // host paths added to the view read-write / read-only (must exist)
 	AllowConnect []uint16 // TCP ports connect(2) may reach (Landlock ABI 4+)
 	AllowBind    []uint16 // TCP ports bind(2) may use (Landlock ABI 4+)
 	RequireABI   int      // refuse to run when Landlock's ABI is older
@@ -73,7 +73,33 @@ func (r *Repo) Exec(ctx context.Context, name string, opts ExecOptions) (ExitSta
 	if err != nil {
 		return ExitStatus{}, err
 	}
-	return nsexec.Exec(ctx, r.wsDir(name), cmd, opts.Stdin, opts.Stdout, opts.Stderr)
+	st, err := nsexec.Exec(ctx, r.wsDir(name), cmd, opts.Stdin, opts.Stdout, opts.Stderr)
+	if err == nil {
+		hintNotFound(st, cmd, k.Target, opts.Sandbox.Warn)
+	}
+	return st, err
+}
+
+// hintNotFound says, when a sandboxed command was not found (127) and
+// what it needs is on the host outside the view, which --ro fixes it.
+func hintNotFound(st ExitStatus, cmd nsexec.Command, target string, warn func(string)) {
+	if st.Code != 127 || !cmd.View || warn == nil {
+		return
+	}
+	shown := func(p string) bool {
+		if inSystemView(p) || within(p, target) {
+			return true
+		}
+		for _, b := range cmd.Binds {
+			if within(p, b.Target) {
+				return true
+			}
+		}
+		return false
+	}
+	if h := notFoundHint(cmd.Argv, cmd.Env, cmd.Dir, shown); h != "" {
+		warn("sandbox: " + h)
+	}
 }
 
 // buildCommand turns options into the nsexec command for a workspace whose
@@ -137,16 +163,21 @@ func (r *Repo) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions
 	default:
 		return fmt.Errorf("--sandbox %q: want agent, strict or none: %w", mode, ErrInvalidName)
 	}
-	for _, p := range append(append([]string{}, o.RO...), o.RW...) {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("--ro/--rw %q: give an absolute path: %w", p, ErrInvalidName)
-		}
+	// The view first (the mount namespace is the first fence): the
+	// system, the workspace, private /tmp, /var/tmp and /dev/shm, and the
+	// binds of viewBinds. Landlock names the same paths.
+	vp, err := r.viewBinds(cmd.Env, &o)
+	if err != nil {
+		return err
 	}
+	cmd.View, cmd.Binds = true, vp.Binds
+	cmd.Env = append(cmd.Env, vp.Env...)
+	rw := append([]string{"/var/tmp"}, vp.RW...)
 	var pol landlock.Policy
 	if mode == SandboxStrict {
-		pol = landlock.Strict(target, "/tmp", o.RO, o.RW)
+		pol = landlock.Strict(target, "/tmp", vp.RO, rw)
 	} else {
-		pol = landlock.Agent(target, "/tmp", o.RO, o.RW)
+		pol = landlock.Agent(target, "/tmp", vp.RO, rw)
 	}
 	pol.ConnectTCP = append(pol.ConnectTCP, o.AllowConnect...)
 	pol.BindTCP = append(pol.BindTCP, o.AllowBind...)

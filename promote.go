@@ -239,6 +239,20 @@ type ApplyResult struct {
 	To      store.ID           `json:"to"`
 	Dir     string             `json:"dir"`
 	Written []snapshot.Written `json:"written"`
+	// Stripped lists the setuid/setgid bits and device nodes of the
+	// change that were not written (unless ApplyOptions.KeepSpecial).
+	Stripped []snapshot.Stripped `json:"stripped,omitempty"`
+}
+
+// ApplyOptions tune Apply.
+type ApplyOptions struct {
+	// Force overwrites target files that differ from the base version.
+	Force bool
+	// KeepSpecial writes setuid/setgid bits and device nodes as the
+	// change has them; otherwise files are written without the bits and
+	// device nodes not at all (snapshot.SpecialReason), and Stripped says
+	// which.
+	KeepSpecial bool
 }
 
 // Apply writes the change base..REF into a real directory, dir (the user's
@@ -246,8 +260,12 @@ type ApplyResult struct {
 // changes included; a branch made for a workspace, since the fork; A..B;
 // or REF^..REF. It refuses (ErrConflict, nothing written) when a target
 // file differs from the base version, unless force; it never follows a
-// symlink out of dir, and replaces each file atomically.
-func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyResult, error) {
+// symlink out of dir, and replaces each file atomically. Setuid/setgid
+// bits and device nodes of the change are not written unless
+// opts.KeepSpecial (a sandboxed agent must not plant a setuid binary in
+// the user's directory); the result lists them.
+func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*ApplyResult, error) {
+	force := opts.Force
 	st, err := r.db()
 	if err != nil {
 		return nil, err
@@ -313,6 +331,15 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyRe
 	if err := wr.Flush(); err != nil {
 		return nil, err
 	}
+	var stripped []snapshot.Stripped
+	if !opts.KeepSpecial {
+		if toTree, stripped, err = snapshot.StripSpecial(ctx, st, wr, fromTree, toTree); err != nil {
+			return nil, err
+		}
+		if err := wr.Flush(); err != nil {
+			return nil, err
+		}
+	}
 	res, err := snapshot.ApplyTo(ctx, st, fromTree, toTree, dir, snapshot.ApplyToOptions{Force: force})
 	if errors.Is(err, snapshot.ErrRefused) && res != nil {
 		return nil, &ApplyRefusedError{Dir: dir, Refused: res.Refused, Forced: force}
@@ -320,7 +347,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, force bool) (*ApplyRe
 	if err != nil {
 		return nil, err
 	}
-	return &ApplyResult{From: fromID, To: toID, Dir: dir, Written: res.Written}, nil
+	return &ApplyResult{From: fromID, To: toID, Dir: dir, Written: res.Written, Stripped: stripped}, nil
 }
 
 // forkPoint is where ref's change starts: for a branch made for a

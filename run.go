@@ -291,6 +291,9 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 	// for the run's lifetime through its run.json.
 	status, runErr := nsexec.Run(rctx, spec, cmd, stdin, stdout, stderr)
 	unlock()
+	if runErr == nil {
+		hintNotFound(status, cmd, spec.Target, opts.Sandbox.Warn)
+	}
 	t = phase("run", t)
 	if runErr != nil && !(rctx.Err() != nil && status.Signal != 0) {
 		return nil, runErr
@@ -463,7 +466,8 @@ func (e *PolicyError) Error() string {
 }
 
 // policyCheck refuses changes to protected paths, and always refuses
-// setuid/setgid bits and symlinks that point out of the tree.
+// setuid/setgid bits, device nodes and symlinks that point out of the
+// tree.
 func policyCheck(diff []snapshot.Change, protect []string) []Violation {
 	var out []Violation
 	for _, c := range diff {
@@ -477,8 +481,10 @@ func policyCheck(diff []snapshot.Change, protect []string) []Violation {
 		if e == nil {
 			continue
 		}
-		if e.Mode&0o6000 != 0 && (e.Type == store.TypeFile || e.Type == store.TypeDir) && (c.Old == nil || c.Old.Mode&0o6000 != e.Mode&0o6000) {
-			out = append(out, Violation{Path: c.Path, Reason: fmt.Sprintf("sets the setuid/setgid bit (mode %04o)", e.Mode&0o7777)})
+		// setuid/setgid bits and device nodes: the one policy apply and
+		// export strip (snapshot.SpecialReason).
+		if reason := snapshot.SpecialReason(c.Old, e); reason != "" {
+			out = append(out, Violation{Path: c.Path, Reason: reason})
 		}
 		if e.Type == store.TypeSymlink && escapes(c.Path, e.Target) {
 			out = append(out, Violation{Path: c.Path, Reason: "symlink points out of the tree: " + strconv.Quote(e.Target)})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
@@ -23,6 +24,14 @@ type Settings struct {
 	// with more layers below it gets one flattened layer instead (built
 	// once, cached like the others). 0 means snapshot.DefaultMaxDepth (64).
 	MaxLayers int `json:"max_layers,omitempty"`
+	// ViewRO and ViewRW are host paths every sandboxed command of the
+	// store sees, read-only and read-write (`strata init --ro PATH`,
+	// `--rw PATH`): toolchains and caches under a home directory that
+	// PATH does not reveal (the view's defaults, view.go). Keepers build
+	// them into their view once; an exec's own --ro costs a view of its
+	// own.
+	ViewRO []string `json:"view_ro,omitempty"`
+	ViewRW []string `json:"view_rw,omitempty"`
 }
 
 // maxLayersLimit bounds MaxLayers: overlayfs takes at most 500 lower
@@ -91,6 +100,47 @@ func (r *Repo) SetMaxLayers(ctx context.Context, n int) error {
 	b, _ := json.MarshalIndent(s, "", "  ")
 	if err := writeFileAtomic(filepath.Join(r.home, settingsFile), append(b, '\n'), true); err != nil {
 		return fmt.Errorf("max layers: %w", err)
+	}
+	r.settings = s
+	return nil
+}
+
+// SetViewDefaults changes the store's default view binds: it adds ro and
+// rw (absolute paths that exist, neither holding the store nor lying in
+// it; a path moves between the lists), and removes forget from either.
+func (r *Repo) SetViewDefaults(ro, rw, forget []string) error {
+	s, err := r.Settings()
+	if err != nil {
+		return err
+	}
+	drop := func(list []string, p string) []string {
+		return slices.DeleteFunc(slices.Clone(list), func(x string) bool { return x == p })
+	}
+	for _, p := range forget {
+		p = filepath.Clean(p)
+		s.ViewRO, s.ViewRW = drop(s.ViewRO, p), drop(s.ViewRW, p)
+	}
+	for _, d := range []struct {
+		flag  string
+		paths []string
+		rw    bool
+	}{{"--ro", ro, false}, {"--rw", rw, true}} {
+		for _, p := range d.paths {
+			if err := r.checkBind(d.flag, p); err != nil {
+				return err
+			}
+			p = filepath.Clean(p)
+			s.ViewRO, s.ViewRW = drop(s.ViewRO, p), drop(s.ViewRW, p)
+			if d.rw {
+				s.ViewRW = append(s.ViewRW, p)
+			} else {
+				s.ViewRO = append(s.ViewRO, p)
+			}
+		}
+	}
+	b, _ := json.MarshalIndent(s, "", "  ")
+	if err := writeFileAtomic(filepath.Join(r.home, settingsFile), append(b, '\n'), true); err != nil {
+		return fmt.Errorf("view defaults: %w", err)
 	}
 	r.settings = s
 	return nil

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
+
+	"github.com/stratafs/strata/nsexec"
 )
 
 // Shell runs an interactive shell (opts.Argv, default $SHELL, then
@@ -31,7 +33,14 @@ func (r *Repo) Shell(ctx context.Context, name string, opts ExecOptions) (ExitSt
 	if _, err := r.keeper(ctx, name); err != nil {
 		return ExitStatus{}, err
 	}
-	master, slave, err := openPTY()
+	// A sandboxed shell runs in the workspace's view, whose /dev/pts is
+	// its own: its terminal comes from there, or it would have no name
+	// inside (tty: "not a tty"). --sandbox none sees the host's.
+	open := openPTY
+	if opts.Sandbox.Mode != SandboxNone {
+		open = func() (*os.File, *os.File, error) { return nsexec.OpenPTY(r.wsDir(name)) }
+	}
+	master, slave, err := open()
 	if err != nil {
 		return ExitStatus{}, err
 	}

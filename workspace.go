@@ -466,7 +466,15 @@ func (r *Repo) spec(ctx context.Context, w *store.Workspace, x wsExtra) (nsexec.
 			return nsexec.Spec{}, err
 		}
 	}
+	// The keeper's view holds the store's defaults and the toolchains of
+	// this process's PATH, which a sandboxed exec usually asks for too
+	// (a command that asks for more gets a view of its own).
+	vp, err := r.viewBinds(os.Environ(), nil)
+	if err != nil {
+		return nsexec.Spec{}, err
+	}
 	return nsexec.Spec{
+		View:     vp.Binds,
 		Name:     w.Name,
 		Dir:      w.Dir,
 		Lowers:   lowers,

@@ -51,15 +51,22 @@ type Spec struct {
 	// caller must run in their namespace already (EnterSubIDs); as real
 	// root every id is the caller's own and SubIDs changes nothing.
 	SubIDs bool `json:"subids,omitempty"`
+	// View are host paths the keeper's view (Command.View) shows besides
+	// the system: the store's default binds and the toolchains PATH
+	// reaches. They are captured before anything is mounted, so they may
+	// lie anywhere (beneath /tmp, beneath the target).
+	View []Bind `json:"view,omitempty"`
 }
 
-// Bind is a read-only bind mount: the host directory Source appears at
-// Target inside the namespace. The source is captured (open_tree) before
-// the overlay is mounted, so it may lie beneath the target; a Target
+// Bind is a bind mount: the host path Source (a directory with what is
+// mounted below it, or a file) appears at Target, read-only unless RW.
+// The source is captured (open_tree) before the overlay is mounted, so
+// it may lie beneath the target. In Spec.Binds (the host view) a Target
 // under /tmp lands in the private /tmp.
 type Bind struct {
 	Source string `json:"source"`
 	Target string `json:"target"`
+	RW     bool   `json:"rw,omitempty"`
 }
 
 // userNS reports whether the workspace's namespaces include a user
@@ -91,6 +98,18 @@ type Command struct {
 	// NetNone runs the command in a private network namespace with only
 	// the loopback interface, up.
 	NetNone bool
+	// View runs the command in the workspace's view — a root assembled
+	// from the system directories, the workspace, private /tmp, /var/tmp
+	// and /dev/shm, a minimal /dev, /proc and /sys read-only, and binds —
+	// instead of the host view (docs/nsexec.md, "The view"). As real
+	// root such a command keeps only ContainerCaps. Sandboxed commands
+	// set it; without it a command sees the host.
+	View bool
+	// Binds are what the command's view shows besides the system (with
+	// View): the keeper's Spec.View and whatever else the command asks
+	// for. A command whose binds the keeper's view does not all hold
+	// gets a view of its own (about a millisecond more).
+	Binds []Bind
 }
 
 // ExitStatus is how a command ended.

@@ -108,10 +108,18 @@ type started struct {
 // A command without a sandbox needs no such thread (creating one costs
 // about 0.15 ms) when nothing has to be dropped: as real root, or once
 // clearAmbientCaps has made every execve drop the capabilities.
-func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy) (*started, error) {
+func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
+	if c.View && v == nil {
+		return nil, errors.New("the command asks for a view and there is none")
+	}
+	if c.View && !caps.drop {
+		// Real root: a sandboxed command keeps a container's capabilities,
+		// not root's (see ContainerCaps).
+		caps = capsPolicy{drop: true, keep: ContainerCaps}
+	}
 	dropCaps := caps.drop && (caps.keep != 0 || !execDropsCaps.Load())
-	if !c.NetNone && c.Landlock == nil && len(c.Seccomp) == 0 && !dropCaps {
-		return startOnThisThread(r, c, files, dir, capsPolicy{})
+	if !c.NetNone && c.Landlock == nil && len(c.Seccomp) == 0 && !dropCaps && !c.View {
+		return startOnThisThread(r, c, files, dir, capsPolicy{}, nil)
 	}
 	type result struct {
 		s   *started
@@ -120,7 +128,7 @@ func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsP
 	res := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: see above
-		s, err := startOnThisThread(r, c, files, dir, capsPolicy{drop: dropCaps, keep: caps.keep})
+		s, err := startOnThisThread(r, c, files, dir, capsPolicy{drop: dropCaps, keep: caps.keep}, v)
 		res <- result{s, err}
 	}()
 	out := <-res
@@ -142,6 +150,16 @@ type capsPolicy struct {
 // namespace maps.
 const idCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
 	1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID | 1<<unix.CAP_KILL | 1<<unix.CAP_SETGID | 1<<unix.CAP_SETUID
+
+// ContainerCaps (a mask) are what a command with a view (a sandboxed
+// one) keeps as real root, in every set including the bounding set:
+// Docker's default set without CAP_MKNOD and CAP_NET_RAW. Root keeps
+// acting on files and ids inside the view (chown, setuid, binding low
+// ports), and loses what reaches beyond it: mounting, device nodes,
+// network configuration, raw sockets, tracing, modules, the clock.
+const ContainerCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID |
+	1<<unix.CAP_KILL | 1<<unix.CAP_SETGID | 1<<unix.CAP_SETUID | 1<<unix.CAP_SETPCAP | 1<<unix.CAP_NET_BIND_SERVICE |
+	1<<unix.CAP_SYS_CHROOT | 1<<unix.CAP_SETFCAP | 1<<unix.CAP_AUDIT_WRITE
 
 // settleCaps prepares a child with cfg, once its namespace is set up, for
 // starting commands, and returns what they keep: in a user namespace
@@ -183,12 +201,20 @@ func clearAmbientCaps() {
 // startOnThisThread starts the command from the calling thread, after
 // changing the thread's namespaces, credentials and filters as c asks;
 // with caps.drop it drops every capability of the thread but caps.keep.
-func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy) (*started, error) {
+// With a view (c.View) the thread enters it first: what follows — the
+// working directory, the command's lookup, Landlock's paths — is the
+// view's.
+func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return nil, errors.New("empty command")
 	}
 	if len(files) != 3 {
 		return nil, fmt.Errorf("want 3 descriptors (stdin, stdout, stderr), got %d", len(files))
+	}
+	if c.View {
+		if err := v.enter(c.Binds); err != nil {
+			return nil, err
+		}
 	}
 	if c.Dir != "" {
 		dir = c.Dir

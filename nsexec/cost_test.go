@@ -72,10 +72,15 @@ func TestCosts(t *testing.T) {
 		boxed := Command{Argv: []string{"true"}, Env: testEnv(), Landlock: rs, Seccomp: progs}
 		boxedNet := boxed
 		boxedNet.NetNone = true
+		viewed := boxed
+		viewed.View = true
+		outside := outsideDir(t)
+		ownBind := viewed
+		ownBind.Binds = []Bind{{Source: outside, Target: outside}}
 		for _, c := range []struct {
 			name string
 			cmd  Command
-		}{{"", plain}, {" + sandbox", boxed}, {" + sandbox + net none", boxedNet}} {
+		}{{"", plain}, {" + sandbox", boxed}, {" + sandbox + net none", boxedNet}, {" + sandbox + view", viewed}, {" + sandbox + view of its own (a bind)", ownBind}} {
 			measure("Exec true into a live keeper"+c.name, n, func(int) {
 				run(func() (ExitStatus, error) { return Exec(ctx, spec.Dir, c.cmd, nil, nil, nil) })
 			})
@@ -90,7 +95,7 @@ func TestCosts(t *testing.T) {
 			for _, c := range []struct {
 				name string
 				cmd  Command
-			}{{"", plain}, {" + sandbox", boxed}} {
+			}{{"", plain}, {" + sandbox", boxed}, {" + sandbox + view", viewed}} {
 				measure("Run true, "+bin.name+c.name, n, func(int) {
 					run(func() (ExitStatus, error) { return Run(ctx, spec, c.cmd, nil, nil, nil) })
 				})
@@ -121,6 +126,23 @@ func TestCosts(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
+			for _, c := range []struct {
+				name string
+				cmd  Command
+			}{{" + sandbox", boxed}, {" + sandbox + view", viewed}} {
+				fresh := make([]Spec, nk+1)
+				for i := range fresh {
+					fresh[i] = newSpec(t, filepath.Join(base, "first"+c.name, strconv.Itoa(i)))
+				}
+				measure("StartKeeper + first Exec true"+c.name+", "+bin.name, nk, func(i int) {
+					s := fresh[i+1]
+					if _, err := StartKeeper(ctx, s); err != nil {
+						t.Fatal(err)
+					}
+					run(func() (ExitStatus, error) { return Exec(ctx, s.Dir, c.cmd, nil, nil, nil) })
+					t.Cleanup(func() { StopKeeper(ctx, s.Dir) })
+				})
+			}
 			measure("StartKeeper alone, "+bin.name, nk, func(i int) {
 				s := specs[nk+2+i]
 				if _, err := StartKeeper(ctx, s); err != nil {

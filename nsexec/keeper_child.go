@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -25,6 +26,11 @@ type keeper struct {
 	caps   capsPolicy // what its commands keep
 	reaper *reaper
 	uid    uint32
+	// view is what commands with View run in, once viewDone is closed;
+	// viewErr says why there is none (they are refused then).
+	view     *view
+	viewErr  error
+	viewDone chan struct{}
 }
 
 func logf(format string, args ...any) {
@@ -67,14 +73,42 @@ func keeperMain() int {
 	if err != nil {
 		return fail(err)
 	}
-	warnings, err := setupNamespace(cfg)
+	hs, err := setupNamespace(cfg)
 	if err != nil {
 		return fail(err)
 	}
-	for _, w := range warnings {
+	for _, w := range hs.warnings {
 		logf("warning: %s", w)
 	}
-	k := &keeper{cfg: cfg, caps: settleCaps(cfg), reaper: newReaper(sigs.chld), uid: uint32(os.Getuid())}
+	k := &keeper{cfg: cfg, reaper: newReaper(sigs.chld), uid: uint32(os.Getuid()), viewDone: make(chan struct{})}
+	// The view is built once, while the keeper gets ready and its first
+	// client prepares its request (about a millisecond, which the first
+	// sandboxed command waits for only what is left of); every sandboxed
+	// command of the workspace joins it. Without one, they are refused,
+	// and the rest works.
+	go func() {
+		defer close(k.viewDone)
+		start := time.Now()
+		// With one P the builder, which makes some 150 system calls,
+		// loses it to the main goroutine at every long one and waits to
+		// get it back: 2-3 ms instead of 1. Two while it builds.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+		k.view, k.viewErr = hs.buildView(cfg)
+		if k.viewErr != nil {
+			logf("warning: no view for sandboxed commands: %v", k.viewErr)
+			return
+		}
+		logf("view built in %s", time.Since(start).Round(time.Microsecond))
+	}()
+	k.caps = settleCaps(cfg)
+	// Not dumpable: the keeper's descriptors (the namespaces above), root
+	// and memory stay out of reach of its commands, which run as the same
+	// user (/proc/1/fd, /proc/1/root: ptrace_may_access). The owner of
+	// its user namespace (the user, from the host) and real root keep
+	// access: ws path (/proc/PID/root) still works.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err))
+	}
 
 	unix.Unlinkat(dirfd, sockName, 0)
 	ln, err := listen(sockAddr(dirfd, sockName))
@@ -185,6 +219,9 @@ func (k *keeper) handle(c *conn) {
 	case m.Freeze:
 		k.freeze(c, reply, replyErr)
 		return
+	case m.PTY:
+		k.pty(c, replyErr)
+		return
 	case m.Command == nil:
 		replyErr(errors.New("request without a command"))
 		return
@@ -192,7 +229,7 @@ func (k *keeper) handle(c *conn) {
 		replyErr(fmt.Errorf("request with %d descriptors; want stdin, stdout, stderr", len(fds)))
 		return
 	}
-	st, err := startCommand(k.reaper, m.Command, fds, k.cfg.Target, k.caps)
+	st, err := startCommand(k.reaper, m.Command, fds, k.cfg.Target, k.caps, k.viewFor(m.Command))
 	// The command has its copies; the keeper must not keep pipes open.
 	for _, fd := range fds {
 		unix.Close(fd)
@@ -233,6 +270,62 @@ func (k *keeper) handle(c *conn) {
 			unix.Kill(-st.pid, unix.SIGKILL)
 			<-st.exited
 		}
+	}
+}
+
+// viewFor returns the view a command runs in: nil for one without View,
+// else the keeper's, or a view that reports why there is none.
+func (k *keeper) viewFor(c *wireCommand) *view {
+	if !c.View {
+		return nil
+	}
+	<-k.viewDone
+	if k.view == nil {
+		return &view{err: k.viewErr}
+	}
+	return k.view
+}
+
+// pty opens a new pty in the keeper's view (its devpts instance) and
+// sends the client the master: a terminal for a command with View, whose
+// name resolves there (tty, ttyname).
+func (k *keeper) pty(c *conn, replyErr func(error)) {
+	<-k.viewDone
+	if k.view == nil {
+		replyErr(fmt.Errorf("pty: the workspace has no view: %v", k.viewErr))
+		return
+	}
+	type result struct {
+		fd  int
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends in the view
+		if err := k.view.enter(nil); err != nil {
+			res <- result{-1, err}
+			return
+		}
+		fd, err := unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			res <- result{-1, fmt.Errorf("pty: open /dev/pts/ptmx: %w", err)}
+			return
+		}
+		if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+			unix.Close(fd)
+			res <- result{-1, fmt.Errorf("pty: unlock: %w", err)}
+			return
+		}
+		res <- result{fd, nil}
+	}()
+	r := <-res
+	if r.err != nil {
+		replyErr(r.err)
+		return
+	}
+	defer unix.Close(r.fd)
+	if err := writeFrameFDs(c, &message{PTY: true}, []int{r.fd}); err != nil {
+		logf("pty: reply: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -153,13 +154,28 @@ func runMain() int {
 	}
 	// Warnings (no private /proc) have no one to go to: the command's
 	// stderr is the user's.
-	if _, err := setupNamespace(cfg); err != nil {
+	hs, err := setupNamespace(cfg)
+	if err != nil {
 		return fail(err)
 	}
+	var v *view
+	if cfg.Command.View {
+		// Two Ps while it builds, as in a keeper (keeper_child.go).
+		procs := runtime.GOMAXPROCS(2)
+		v, err = hs.buildView(cfg)
+		runtime.GOMAXPROCS(procs)
+		if err != nil {
+			return fail(err)
+		}
+	}
 	caps := settleCaps(cfg)
+	// Not dumpable, as a keeper (keeper_child.go).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err))
+	}
 	r := newReaper(sigs.chld)
 	<-sigs.done
-	st, err := startCommand(r, cfg.Command, []int{0, 1, 2}, cfg.Target, caps)
+	st, err := startCommand(r, cfg.Command, []int{0, 1, 2}, cfg.Target, caps, v)
 	if err != nil {
 		return fail(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -13,13 +14,43 @@ import (
 	"github.com/stratafs/strata/overlayfs"
 )
 
+// hostSetup is what setupNamespace leaves for the view (view.go).
+type hostSetup struct {
+	// warnings are problems that leave the workspace usable (no private
+	// /proc).
+	warnings []string
+	// extra are the view's requested binds (Spec.View; a one-shot init's
+	// Command.Binds too), captured before anything was mounted, and binds
+	// names them.
+	extra []viewOp
+	binds []Bind
+	// pristine is a keeper's copy of the host's mounts from before
+	// anything was mounted, for binds its commands ask for later; -1.
+	pristine int
+}
+
+// wantsView reports whether a child with cfg builds a view: a keeper
+// always (its commands may ask for one), a one-shot init when its
+// command runs in one.
+func (c *childConfig) wantsView() bool { return c.Command == nil || c.Command.View }
+
 // setupNamespace prepares the mount namespace a child was cloned into
 // (with a new PID namespace, and a user namespace when rootless): it makes
 // every mount private, mounts the workspace's overlay on c.Target, private
-// tmpfs on /tmp and /dev/shm, and a fresh /proc. Problems that leave the
-// workspace usable (no private /proc) are returned as warnings. A mount
-// failure is returned as the *overlayfs.MountError itself.
-func setupNamespace(c *childConfig) (warnings []string, err error) {
+// tmpfs on /tmp and /dev/shm, and a fresh /proc — the host view. First it
+// captures what the view (view.go) will need of the host before those
+// mounts hide it. A mount failure is returned as the
+// *overlayfs.MountError itself.
+func setupNamespace(c *childConfig) (_ *hostSetup, err error) {
+	hs := &hostSetup{pristine: -1}
+	defer func() {
+		if err != nil {
+			closeOps(hs.extra)
+			if hs.pristine >= 0 {
+				unix.Close(hs.pristine)
+			}
+		}
+	}()
 	// Nothing mounted here may propagate back to the host, and nothing
 	// the host mounts later appears here (mount --make-rprivate /).
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -40,6 +71,34 @@ func setupNamespace(c *childConfig) (warnings []string, err error) {
 		}
 		trees = append(trees, fd)
 	}
+	if c.wantsView() {
+		// A keeper's binds are the store's defaults and toolchains: one
+		// that vanished since the parent looked is left out (a command
+		// asking for it gets a view of its own, and the error); a
+		// one-shot run's are what its command asked for.
+		for _, b := range c.View {
+			got, err := captureBinds([]Bind{b})
+			if err != nil {
+				hs.warnings = append(hs.warnings, fmt.Sprintf("view: left out: %v", err))
+				continue
+			}
+			hs.extra = append(hs.extra, got...)
+			hs.binds = append(hs.binds, b)
+		}
+		if c.Command != nil {
+			got, err := captureBinds(c.Command.Binds)
+			if err != nil {
+				return nil, err
+			}
+			hs.extra = append(hs.extra, got...)
+			hs.binds = append(hs.binds, c.Command.Binds...)
+		}
+		if c.Command == nil {
+			if hs.pristine, err = pristineNS(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := overlayfs.Mount(target, c.Mount, methodFeatures(c.Method)); err != nil {
 		return nil, err
 	}
@@ -52,7 +111,7 @@ func setupNamespace(c *childConfig) (warnings []string, err error) {
 	if w, err := privateTmp(real); err != nil {
 		return nil, err
 	} else if w != "" {
-		warnings = append(warnings, w)
+		hs.warnings = append(hs.warnings, w)
 	}
 	for i, b := range c.Binds {
 		if err := os.MkdirAll(b.Target, 0o755); err != nil {
@@ -70,7 +129,7 @@ func setupNamespace(c *childConfig) (warnings []string, err error) {
 	// command — granted /dev/shm for POSIX shared memory — must not reach.
 	if !within(real, "/dev/shm") {
 		if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
-			warnings = append(warnings, fmt.Sprintf("no private /dev/shm (%v): other workspaces' tmpfs changes are reachable", err))
+			hs.warnings = append(hs.warnings, fmt.Sprintf("no private /dev/shm (%v): other workspaces' tmpfs changes are reachable", err))
 		}
 	}
 	// A fresh /proc for the new PID namespace: ps and /proc/PID show the
@@ -79,9 +138,46 @@ func setupNamespace(c *childConfig) (warnings []string, err error) {
 	// container runtime's masked paths: fs/namespace.c
 	// mount_too_revealing); the host's /proc then stays.
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		warnings = append(warnings, fmt.Sprintf("no private /proc (%v): ps inside shows the host's processes", err))
+		hs.warnings = append(hs.warnings, fmt.Sprintf("no private /proc (%v): ps inside shows the host's processes", err))
 	}
-	return warnings, nil
+	return hs, nil
+}
+
+// buildView builds the view of a child whose host view is set up
+// (view.go), handing it hs's captured binds.
+func (hs *hostSetup) buildView(c *childConfig) (*view, error) {
+	extra := hs.extra
+	hs.extra = nil
+	v, err := buildView(viewSpec{target: filepath.Clean(c.Target), binds: c.Binds, extra: extra}, hs.binds)
+	if err != nil {
+		return nil, err
+	}
+	v.pristine, hs.pristine = hs.pristine, -1
+	return v, nil
+}
+
+// pristineNS returns a descriptor of a copy of the calling process's
+// mount namespace, made on a thread that ends with it.
+func pristineNS() (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends in the copy
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			res <- result{-1, fmt.Errorf("copy the host's mounts: unshare(CLONE_NEWNS): %w", err)}
+			return
+		}
+		fd, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			err = fmt.Errorf("copy the host's mounts: %w", err)
+		}
+		res <- result{fd, err}
+	}()
+	r := <-res
+	return r.fd, r.err
 }
 
 // privateTmp mounts an empty tmpfs on /tmp. When the target is beneath

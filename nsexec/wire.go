@@ -24,7 +24,7 @@ import (
 // protoVersion numbers these formats. strata and strata-init from
 // different builds may disagree; a mismatch is refused with a message
 // instead of misread.
-const protoVersion = 4
+const protoVersion = 5
 
 // childConfig is what the parent writes to a child (keeper or one-shot
 // init) on its configuration pipe: what to mount where, computed by the
@@ -46,6 +46,8 @@ type childConfig struct {
 	SubIDs bool
 	// Binds are read-only bind mounts made inside (Spec.Binds).
 	Binds []Bind
+	// View are the binds of the keeper's view (Spec.View).
+	View []Bind
 	// Command is the one-shot init's command (Run).
 	Command *wireCommand
 }
@@ -63,6 +65,7 @@ func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
 		UserNS:  spec.userNS(),
 		SubIDs:  spec.SubIDs && spec.userNS(),
 		Binds:   spec.Binds,
+		View:    spec.View,
 		Command: cmd,
 	}
 }
@@ -82,13 +85,15 @@ type wireCommand struct {
 	Landlock *landlock.Ruleset
 	Seccomp  []bpfProgram
 	NetNone  bool
+	View     bool
+	Binds    []Bind
 }
 
 func toWireCommand(c Command, env []string) (*wireCommand, error) {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return nil, errors.New("nsexec: empty command")
 	}
-	w := &wireCommand{Argv: c.Argv, Env: env, Dir: c.Dir, TTY: c.TTY, Landlock: c.Landlock, NetNone: c.NetNone}
+	w := &wireCommand{Argv: c.Argv, Env: env, Dir: c.Dir, TTY: c.TTY, Landlock: c.Landlock, NetNone: c.NetNone, View: c.View, Binds: c.Binds}
 	for i, p := range c.Seccomp {
 		if len(p) == 0 || len(p) > bpfMaxInsns {
 			return nil, fmt.Errorf("nsexec: seccomp program %d has %d instructions (1 to %d)", i, len(p), bpfMaxInsns)
@@ -119,6 +124,9 @@ type message struct {
 	// Freeze asks a keeper to stop every process of the workspace until
 	// the client hangs up; the keeper answers with Freeze when they are.
 	Freeze bool
+	// PTY asks a keeper for a new pty of its view's devpts; it answers
+	// with PTY and the master as SCM_RIGHTS.
+	PTY    bool
 	Exited *ExitStatus
 	Error  *wireError
 }
@@ -260,12 +268,36 @@ func (e *encoder) config(c *childConfig) {
 	e.uint(uint64(c.Method))
 	e.bool(c.UserNS)
 	e.bool(c.SubIDs)
-	e.uint(uint64(len(c.Binds)))
-	for _, b := range c.Binds {
+	e.binds(c.Binds)
+	e.binds(c.View)
+	e.command(c.Command)
+}
+
+func (e *encoder) binds(bs []Bind) {
+	e.uint(uint64(len(bs)))
+	for _, b := range bs {
 		e.str(b.Source)
 		e.str(b.Target)
+		e.bool(b.RW)
 	}
-	e.command(c.Command)
+}
+
+// maxBinds bounds a list of binds in a message.
+const maxBinds = 1024
+
+func (d *decoder) binds() []Bind {
+	n := d.count(3)
+	if d.err == nil && n > maxBinds {
+		d.err = fmt.Errorf("nsexec: %d bind mounts: malformed message", n)
+	}
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	out := make([]Bind, n)
+	for i := range out {
+		out[i] = Bind{Source: d.str(), Target: d.str(), RW: d.bool()}
+	}
+	return out
 }
 
 func (d *decoder) config() (*childConfig, error) {
@@ -285,14 +317,8 @@ func (d *decoder) config() (*childConfig, error) {
 	c.Method = overlayfs.Method(d.uint())
 	c.UserNS = d.bool()
 	c.SubIDs = d.bool()
-	if n := d.uint(); d.err == nil {
-		if n > 1024 {
-			return nil, fmt.Errorf("nsexec: %d bind mounts: malformed configuration", n)
-		}
-		for i := uint64(0); i < n; i++ {
-			c.Binds = append(c.Binds, Bind{Source: d.str(), Target: d.str()})
-		}
-	}
+	c.Binds = d.binds()
+	c.View = d.binds()
 	c.Command = d.command()
 	return c, d.err
 }
@@ -311,6 +337,8 @@ func (e *encoder) command(c *wireCommand) {
 	e.str(c.Dir)
 	e.bool(c.TTY)
 	e.bool(c.NetNone)
+	e.bool(c.View)
+	e.binds(c.Binds)
 	e.ruleset(c.Landlock)
 	e.uint(uint64(len(c.Seccomp)))
 	for _, p := range c.Seccomp {
@@ -327,7 +355,7 @@ func (d *decoder) command() *wireCommand {
 	if !d.bool() {
 		return nil
 	}
-	c := &wireCommand{Argv: d.strs(), Env: d.strs(), Dir: d.str(), TTY: d.bool(), NetNone: d.bool()}
+	c := &wireCommand{Argv: d.strs(), Env: d.strs(), Dir: d.str(), TTY: d.bool(), NetNone: d.bool(), View: d.bool(), Binds: d.binds()}
 	c.Landlock = d.ruleset()
 	if n := d.count(1); n > 0 {
 		c.Seccomp = make([]bpfProgram, n)
@@ -411,6 +439,7 @@ func (e *encoder) message(m *message) {
 	e.int(int64(m.Signal))
 	e.int(int64(m.Started))
 	e.bool(m.Freeze)
+	e.bool(m.PTY)
 	e.bool(m.Exited != nil)
 	if m.Exited != nil {
 		e.int(int64(m.Exited.Code))
@@ -439,6 +468,7 @@ func (d *decoder) message() (*message, error) {
 	m.Signal = int(d.int())
 	m.Started = int(d.int())
 	m.Freeze = d.bool()
+	m.PTY = d.bool()
 	if d.bool() {
 		m.Exited = &ExitStatus{Code: int(d.int()), Signal: syscall.Signal(d.int())}
 	}

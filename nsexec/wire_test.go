@@ -31,10 +31,12 @@ func TestCodec(t *testing.T) {
 			Paths: []landlock.PathRule{{Path: "/w", Access: 7}, {Path: "/usr", Access: 1}},
 			Ports: []landlock.PortRule{{Port: 443, Access: 2}}},
 		Seccomp: []bpfProgram{prog, prog[:1]},
+		View:    true, Binds: []Bind{{Source: "/h/.pyenv", Target: "/h/.pyenv"}, {Source: "/c", Target: "/c", RW: true}},
 	}
 	cfg := &childConfig{Version: protoVersion, Name: "ws", Dir: "/s", Target: "/t",
 		Mount:  overlayfs.Config{Lowers: []string{"/l1", "/l2"}, Upper: "/u", Work: "/w", UserXattr: true, Volatile: true},
-		Method: overlayfs.FsconfigFD, UserNS: true, SubIDs: true, Command: cmd}
+		Method: overlayfs.FsconfigFD, UserNS: true, SubIDs: true, Command: cmd,
+		Binds: []Bind{{Source: "/r/.git/objects", Target: "/tmp/o"}}, View: []Bind{{Source: "/v", Target: "/v", RW: true}}}
 	var e encoder
 	e.config(cfg)
 	d := decoder{b: e.b}
@@ -59,6 +61,7 @@ func TestCodec(t *testing.T) {
 		{Version: protoVersion, Command: cmd},
 		{Signal: 2},
 		{Started: 12345},
+		{Version: protoVersion, PTY: true},
 		{Exited: &ExitStatus{Code: 130, Signal: unix.SIGINT}},
 		{Error: &wireError{Msg: "m", Errno: 2, Sentinel: "x", PathOp: "open", Path: "/p", Mount: &wireMount{Target: "/t", Op: "fsmount", Options: "o", Log: []string{"e a", "e b"}}}},
 	} {

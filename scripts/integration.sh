@@ -52,7 +52,14 @@ if [ "$(id -u)" -eq 0 ]; then
   # plant secrets in this home that must be fenced, not merely hidden.
   home=$(mktemp -d /var/tmp/strata-it-home.XXXXXX)
   chown "$uid:$gid" "$home"
-  trap 'rm -rf "$tmp" "$home"' EXIT
+  # The user's runtime directory, as a login session has it (the session
+  # bus lives there): the view's escape tests put a socket in it.
+  rundir=""
+  if [ ! -e "/run/user/$uid" ]; then
+    rundir="/run/user/$uid"
+    mkdir -p "$rundir" && chown "$uid:$gid" "$rundir" && chmod 700 "$rundir"
+  fi
+  trap 'rm -rf "$tmp" "$home" ${rundir:+"$rundir"}' EXIT
   (cd "$home" && pass "rootless, as $user" setpriv --reuid="$uid" --regid="$gid" --init-groups \
      env HOME="$home" TMPDIR="$home" XDG_DATA_HOME="$home/.local/share" XDG_CACHE_HOME="$home/.cache" \
      "$tmp/integration.test") || failed=1

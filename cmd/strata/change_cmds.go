@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/stratafs/strata"
+	"github.com/stratafs/strata/snapshot"
 )
 
 func changeCommands(e *env) []*cli.Command {
@@ -154,6 +155,7 @@ func changeCommands(e *env) []*cli.Command {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "to", Usage: "the directory to write into (required)"},
 				&cli.BoolFlag{Name: "force", Usage: "overwrite files that differ from the base version"},
+				keepSpecialFlag(),
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 || c.String("to") == "" {
@@ -164,10 +166,11 @@ func changeCommands(e *env) []*cli.Command {
 					return err
 				}
 				defer r.Close()
-				res, err := r.Apply(c.Context, c.Args().First(), c.String("to"), c.Bool("force"))
+				res, err := r.Apply(c.Context, c.Args().First(), c.String("to"), strata.ApplyOptions{Force: c.Bool("force"), KeepSpecial: c.Bool("keep-special")})
 				if err != nil {
 					return err
 				}
+				e.reportStripped(res.Stripped)
 				if e.json {
 					return e.out(res, nil)
 				}
@@ -244,4 +247,20 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// keepSpecialFlag is apply's and export's --keep-special.
+func keepSpecialFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "keep-special", Usage: "write setuid/setgid bits and device nodes a workspace's change has (by default files are written without the bits, device nodes not at all, and each is listed)"}
+}
+
+// reportStripped lists on stderr what apply or export did not write (the
+// --json result carries it as "stripped").
+func (e *env) reportStripped(s []snapshot.Stripped) {
+	if len(s) == 0 || e.json {
+		return
+	}
+	for _, x := range s {
+		e.warn(x.Path, x.Reason+": "+x.Action+" (--keep-special writes it)")
+	}
 }

@@ -46,6 +46,10 @@ func doctorCommand(e *env) *cli.Command {
 						fmt.Fprintf(w, "  not enforced: %s\n", m)
 					}
 				}
+				fmt.Fprintf(w, "\nwhat --sandbox agent and strict commands see (the view; add to it with --ro/--rw, or strata init --ro/--rw for every command):\n")
+				for _, v := range rep.View {
+					fmt.Fprintf(w, "  %-28s %-10s %s\n", v.Path, v.Access, v.What)
+				}
 			}); err != nil {
 				return err
 			}

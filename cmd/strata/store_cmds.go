@@ -25,6 +25,9 @@ func storeCommands(e *env) []*cli.Command {
 			ArgsUsage: " ",
 			Flags: []cli.Flag{
 				&cli.IntFlag{Name: "max-layers", Usage: "the deepest layer stack a workspace mounts before a commit gets one flattened layer (1-500; default 64); a store setting"},
+				&cli.StringSliceFlag{Name: "ro", Usage: "PATH every sandboxed command of the store sees read-only, e.g. a toolchain under your home (repeatable); a store setting"},
+				&cli.StringSliceFlag{Name: "rw", Usage: "PATH every sandboxed command of the store sees read-write, e.g. a cache (repeatable); a store setting"},
+				&cli.StringSliceFlag{Name: "forget", Usage: "remove PATH from the store's --ro/--rw defaults (repeatable)"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() > 0 {
@@ -40,12 +43,27 @@ func storeCommands(e *env) []*cli.Command {
 						return err
 					}
 				}
+				if ro, rw, forget := c.StringSlice("ro"), c.StringSlice("rw"), c.StringSlice("forget"); len(ro)+len(rw)+len(forget) > 0 {
+					if err := r.SetViewDefaults(ro, rw, forget); err != nil {
+						return err
+					}
+				}
 				n, err := r.MaxLayers()
 				if err != nil {
 					return err
 				}
-				return e.out(map[string]any{"home": r.Home(), "max_layers": n}, func(w io.Writer) {
+				s, err := r.Settings()
+				if err != nil {
+					return err
+				}
+				return e.out(map[string]any{"home": r.Home(), "max_layers": n, "view_ro": s.ViewRO, "view_rw": s.ViewRW}, func(w io.Writer) {
 					fmt.Fprintf(w, "store ready at %s (max layers %d)\n", r.Home(), n)
+					for _, p := range s.ViewRO {
+						fmt.Fprintf(w, "sandboxed commands see %s (read-only)\n", p)
+					}
+					for _, p := range s.ViewRW {
+						fmt.Fprintf(w, "sandboxed commands see %s (read-write)\n", p)
+					}
 				})
 			},
 		},
@@ -178,6 +196,7 @@ func storeCommands(e *env) []*cli.Command {
 			Name:      "export",
 			Usage:     "write the full tree of REF into a new directory",
 			ArgsUsage: "REF DIR",
+			Flags:     []cli.Flag{keepSpecialFlag()},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 2 {
 					return usagef("export needs REF and DIR")
@@ -189,11 +208,12 @@ func storeCommands(e *env) []*cli.Command {
 				defer r.Close()
 				p := e.progress()
 				start := time.Now()
-				res, err := r.Export(c.Context, c.Args().Get(0), c.Args().Get(1), strata.ExportOptions{Warn: e.warn, Progress: p.snapshot})
+				res, err := r.Export(c.Context, c.Args().Get(0), c.Args().Get(1), strata.ExportOptions{Warn: e.warn, Progress: p.snapshot, KeepSpecial: c.Bool("keep-special")})
 				p.done()
 				if err != nil {
 					return err
 				}
+				e.reportStripped(res.Stripped)
 				return e.out(res, func(w io.Writer) {
 					fmt.Fprintf(w, "exported %s -> %s (%d files, %d dirs, %d other, %s) in %s\n", res.Commit.Short(), res.Dir,
 						res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes), time.Since(start).Round(time.Millisecond))

@@ -164,10 +164,10 @@ func wsCommand(e *env) *cli.Command {
 // sandboxFlags are the sandbox flags of exec, shell and run (CLI.md).
 func sandboxFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "sandbox", Value: strata.SandboxAgent, Usage: "agent, strict (agent + no network) or none"},
+		&cli.StringFlag{Name: "sandbox", Value: strata.SandboxAgent, Usage: "agent, strict (agent + no network) or none (no fence: the command sees the whole host, your home included)"},
 		&cli.StringFlag{Name: "net", Usage: "host or none (a private network namespace with loopback only)"},
-		&cli.StringSliceFlag{Name: "rw", Usage: "extra PATH visible read-write (repeatable)"},
-		&cli.StringSliceFlag{Name: "ro", Usage: "extra PATH visible read-only, e.g. a toolchain (repeatable)"},
+		&cli.StringSliceFlag{Name: "rw", Usage: "host PATH added to the sandbox's view read-write (repeatable; must exist)"},
+		&cli.StringSliceFlag{Name: "ro", Usage: "host PATH added to the sandbox's view read-only, e.g. a toolchain or a repository (repeatable; must exist)"},
 		&cli.StringSliceFlag{Name: "allow-connect", Usage: "TCP PORT the command may connect to (Landlock ABI 4+; repeatable)"},
 		&cli.StringSliceFlag{Name: "allow-bind", Usage: "TCP PORT the command may bind (Landlock ABI 4+; repeatable)"},
 		&cli.IntFlag{Name: "sandbox-require-abi", Usage: "refuse to run unless the kernel's Landlock ABI is at least N"},

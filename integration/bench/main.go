@@ -16,7 +16,9 @@
 //
 //	BENCH_QUICK=1        small N everywhere, no 100k tree: a smoke run (a few minutes)
 //	BENCH_ONLY=a,b       only these scenarios (create, peers, reads, commit, sandbox,
-//	                     runs) or issues (workspaces = create,peers,reads)
+//	                     runs, view) or issues (workspaces = create,peers,reads)
+//	BENCH_BASE=BIN       a baseline strata (beside its strata-init) for the view
+//	                     scenario's before/after rows; BENCH_BASE_REV names it
 //	BENCH_OUT=FILE       the results file (default /tmp/strata-bench/results.md)
 //	BENCH_USER=NAME      the rootless user (default strata-test, else nobody)
 //	BENCH_ROOTLESS=0     skip the rootless pass
@@ -69,6 +71,7 @@ type config struct {
 	n                                    counts
 	peersPass                            string // the pass that runs the commit peers
 	command, rev                         string
+	base, baseRev                        string // the view scenario's baseline strata binary, and its revision
 
 	// worker mode (the rootless pass, started by the root parent)
 	worker, cleanupOnly bool
@@ -91,6 +94,7 @@ var scenarios = []scenario{
 	{name: "commit", issue: "commit", run: runCommit, report: reportCommit},
 	{name: "sandbox", issue: "sandbox", run: runSandbox, report: reportSandbox},
 	{name: "runs", issue: "runs", run: runRuns, report: reportRuns},
+	{name: "view", issue: "view", run: runView, report: reportView},
 }
 
 func (c config) selected(s scenario) bool {
@@ -119,6 +123,8 @@ func parseConfig() config {
 	flag.BoolVar(&c.rootless, "rootless", os.Getenv("BENCH_ROOTLESS") != "0", "run the rootless pass")
 	flag.StringVar(&c.command, "command", envOr("BENCH_COMMAND", "make bench"), "the command shown in the results")
 	flag.StringVar(&c.rev, "rev", os.Getenv("BENCH_REV"), "the strata revision shown in the results")
+	flag.StringVar(&c.base, "base", os.Getenv("BENCH_BASE"), "a baseline strata binary (with its strata-init) for the view scenario")
+	flag.StringVar(&c.baseRev, "base-rev", os.Getenv("BENCH_BASE_REV"), "the baseline's revision, shown in the results")
 	flag.StringVar(&c.peersPass, "peers-pass", "", "the pass that runs the commit peers (internal)")
 	flag.BoolVar(&c.worker, "worker", false, "run the rootless pass and write its Measures as JSON (internal)")
 	flag.BoolVar(&c.cleanupOnly, "cleanup", false, "remove every workspace of -home (internal)")
@@ -138,6 +144,11 @@ func parseConfig() config {
 	}
 	if abs, err := filepath.Abs(c.strata); err == nil {
 		c.strata = abs
+	}
+	if c.base != "" {
+		if abs, err := filepath.Abs(c.base); err == nil {
+			c.base = abs
+		}
 	}
 	return c
 }
@@ -241,6 +252,17 @@ func worker(ctx context.Context, cfg config) int {
 	return 0
 }
 
+// baseline says what the view scenario compares with.
+func baseline(cfg config) string {
+	switch {
+	case cfg.base == "":
+		return "none (BENCH_BASE unset)"
+	case cfg.baseRev != "":
+		return cfg.baseRev
+	}
+	return cfg.base
+}
+
 // dropAsRoot empties the page cache; nil when this process may not.
 func dropAsRoot() func() error {
 	drop := func() error {
@@ -256,7 +278,7 @@ func dropAsRoot() func() error {
 func orchestrate(ctx context.Context, cfg config) int {
 	started := time.Now()
 	if bad := unknownOnly(cfg); len(bad) > 0 {
-		fmt.Fprintf(os.Stderr, "bench: BENCH_ONLY names no scenario: %s (have create, peers, reads, commit, sandbox, runs; workspaces, commit, sandbox, runs)\n", strings.Join(bad, ", "))
+		fmt.Fprintf(os.Stderr, "bench: BENCH_ONLY names no scenario: %s (have create, peers, reads, commit, sandbox, runs, view; workspaces, commit, sandbox, runs, view)\n", strings.Join(bad, ", "))
 		return 2
 	}
 	if _, err := os.Stat(filepath.Join(cfg.corpus, "node_modules")); err != nil {
@@ -264,7 +286,7 @@ func orchestrate(ctx context.Context, cfg config) int {
 		return 1
 	}
 	info := machineInfo(cfg)
-	res := &Results{PassNotes: map[string]string{}}
+	res := &Results{PassNotes: map[string]string{}, BaseRev: cfg.baseRev}
 	var errs []string
 
 	base, err := os.MkdirTemp(cfg.tmp, "strata-bench.")
@@ -390,7 +412,7 @@ func rootlessPass(ctx context.Context, cfg config, base string) ([]Measure, []st
 	}
 	args := []string{"-worker", "-strata", cfg.strata, "-corpus", cfg.corpus, "-cache", cfg.cache,
 		"-home", store, "-work", home, "-json", jsonOut, "-peers-pass", cfg.peersPass,
-		"-only", strings.Join(keys(cfg.only), ",")}
+		"-only", strings.Join(keys(cfg.only), ","), "-base", cfg.base}
 	if cfg.quick {
 		args = append(args, "-quick")
 	}
@@ -502,6 +524,7 @@ func machineInfo(cfg config) [][2]string {
 		{"kernel", unix.ByteSliceToString(uts.Release[:])},
 		{"scratch and stores", fmt.Sprintf("%s (%s)", cfg.tmp, fsType(cfg.tmp))},
 		{"strata", rev},
+		{"baseline (view scenario)", baseline(cfg)},
 		{"peers", peerVersions()},
 		{"mode", mode + "; scenarios: " + only},
 		{"N", fmt.Sprintf("exec/create/sandbox/fuse %d, worktree+cp %d, reads warm %d cold %d, strata commits %d per tree, restic/git commits %d, 100 MB commits %d per kind", n.exec, n.peer, n.readWarm, n.readCold, n.commit, n.peerCommit, n.big)},
@@ -604,6 +627,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"commit", "Issue \"commit\": commit cost and store growth"},
 		{"sandbox", "Issue \"sandbox\": what the sandbox adds to exec"},
 		{"runs", "Issue \"runs\": fork + patch + test + discard"},
+		{"view", "Issue \"view\": the sandbox's assembled root, before and after"},
 	}
 	for _, sec := range sections {
 		var tables []Table

@@ -14,6 +14,8 @@ type Results struct {
 	Measures []Measure `json:"measures"`
 	// PassNotes say why a pass did not run, or what it could not do.
 	PassNotes map[string]string `json:"pass_notes,omitempty"`
+	// BaseRev names the baseline build of the view scenario.
+	BaseRev string `json:"base_rev,omitempty"`
 }
 
 func (r *Results) get(pass, scenario, key string) (Measure, bool) {
