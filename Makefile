@@ -27,6 +27,8 @@ LONGFUZZTIME ?= 2m
 # urfave_cli_no_docs drops the man-page generator (and its markdown parser's
 # package init, ~0.5 ms of every strata call).
 GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
+# `strata version` reports the commit it was built from.
+STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
 export STRATA_CORPUS
 
@@ -37,7 +39,7 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata ./cmd/strata
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata ./cmd/strata
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
 
 deps:
