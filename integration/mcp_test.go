@@ -575,4 +575,3 @@ func TestMCPHTTP(t *testing.T) {
 		})
 	}
 }
-
