@@ -32,7 +32,7 @@ STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
 export STRATA_CORPUS
 
-.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
+.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test \
         bench demo deps lint corpus clean crash cover
 
 all: build
@@ -47,7 +47,7 @@ deps:
 
 # The corpus comes before every test that reads it (unit tests of snapshot
 # and worktree import it too): on a fresh machine it is built first.
-test: build corpus unit fuzz-short integration
+test: build corpus unit fuzz-short integration python-test
 
 unit: corpus
 	$(GO) vet ./...
@@ -73,6 +73,11 @@ corpus:
 # otherwise, in which case the root pass is skipped with a notice).
 integration: build corpus
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+# The Python SDK's pytest suite against the real binary, rootless (as
+# STRATA_TEST_USER when make runs as root).
+python-test: build
+	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/pytest.sh
 
 # The crash harness at length: 500 SIGKILLs at random instants during
 # import, commit, promote and gc, with fsck and acknowledged-commit checks

@@ -11,8 +11,9 @@ command -v git >/dev/null || need+=(git)            # worktree tests, corpus
 command -v setpriv >/dev/null || need+=(util-linux) # the unprivileged test pass
 command -v newuidmap >/dev/null || need+=(uidmap)   # --subids workspaces (and their tests)
 # The sandbox's workflow tests (integration/view_test.go): a .venv, pip
-# installing a wheel built offline.
-for p in python3-venv python3-pip python3-setuptools python3-wheel; do
+# installing a wheel built offline; the Python SDK's tests (make
+# python-test): Debian's pytest.
+for p in python3-venv python3-pip python3-setuptools python3-wheel python3-pytest; do
   have_pkg "$p" || need+=("$p")
 done
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
