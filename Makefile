@@ -30,9 +30,9 @@ GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
 # `strata version` reports the commit it was built from.
 STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
-export STRATA_CORPUS
+export STRATA_CORPUS STRATA_CACHE
 
-.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test \
+.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test mcp-inspector \
         bench demo deps lint corpus clean crash cover
 
 all: build
@@ -71,8 +71,13 @@ corpus:
 # The integration tests run against the real kernel twice: as root, and as
 # an unprivileged user (STRATA_TEST_USER when make runs as root; yourself
 # otherwise, in which case the root pass is skipped with a notice).
-integration: build corpus
+integration: build corpus mcp-inspector
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+# The MCP Inspector (npm), the third-party MCP client of TestMCPInspector,
+# cached under $(STRATA_CACHE) like the corpus.
+mcp-inspector:
+	@STRATA_CACHE=$(STRATA_CACHE) bash scripts/mcp-inspector.sh
 
 # The Python SDK's pytest suite against the real binary, rootless (as
 # STRATA_TEST_USER when make runs as root).

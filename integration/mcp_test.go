@@ -20,6 +20,8 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/stratafs/strata/internal/testutil"
 )
 
 // mcpProject imports a small project into h and returns its directory.
@@ -571,6 +573,112 @@ func TestMCPHTTP(t *testing.T) {
 			mcpCall(t, cs, "diff", map[string]any{"workspace": name}, &df)
 			if !strings.Contains(df.Patch, "+over http") {
 				t.Errorf("diff over http: %q", df.Patch)
+			}
+		})
+	}
+}
+
+// inspector is the MCP Inspector's CLI, installed by `make mcp-inspector`
+// under $STRATA_CACHE (npm @modelcontextprotocol/inspector).
+func inspector(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("STRATA_MCP_INSPECTOR")
+	if p == "" {
+		cache := os.Getenv("STRATA_CACHE")
+		if cache == "" {
+			cache = "/var/tmp/strata-cache"
+		}
+		p = filepath.Join(cache, "mcp-inspector", "node_modules", ".bin", "mcp-inspector")
+	}
+	if _, err := os.Stat(p); err != nil {
+		testutil.Skip(t, "the MCP Inspector is not installed at "+p+": run `make mcp-inspector` (needs the npm registry)")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testutil.Skip(t, "node is not on PATH: the MCP Inspector needs it (make deps)")
+	}
+	return p
+}
+
+// TestMCPInspector: a client nobody here wrote, the MCP Inspector's CLI,
+// lists the tools and calls workspace_create → write_file → exec → diff →
+// checkpoint → rollback, over stdio and over streamable HTTP.
+func TestMCPInspector(t *testing.T) {
+	insp := inspector(t)
+	h := newHome(t)
+	mcpProject(t, h)
+	endpoint := mcpHTTP(t, h, nil)
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			target := []string{"--cli", bin(t), "--home", h.dir, "mcp"}
+			if transport == "http" {
+				target = []string{"--cli", endpoint, "--transport", "http"}
+			}
+			call := func(method string, args ...string) map[string]any {
+				t.Helper()
+				argv := append(append(append([]string{}, target...), "--method", method), args...)
+				cmd := exec.Command(insp, argv...)
+				cmd.Env = append(os.Environ(), h.env...)
+				out, err := cmd.Output()
+				if err != nil {
+					var stderr string
+					if ee, ok := err.(*exec.ExitError); ok {
+						stderr = string(ee.Stderr)
+					}
+					t.Fatalf("inspector %s %v: %v\n%s\n%s", method, args, err, out, stderr)
+				}
+				var v map[string]any
+				if err := json.Unmarshal(out, &v); err != nil {
+					t.Fatalf("inspector %s: %v: %s", method, err, out)
+				}
+				return v
+			}
+			tool := func(name string, args ...string) map[string]any {
+				t.Helper()
+				v := call("tools/call", append([]string{"--tool-name", name, "--tool-arg"}, args...)...)
+				if isErr, _ := v["isError"].(bool); isErr {
+					t.Fatalf("%s %v: tool error %v", name, args, v["content"])
+				}
+				sc, _ := v["structuredContent"].(map[string]any)
+				if sc == nil {
+					t.Fatalf("%s: no structured content: %v", name, v)
+				}
+				return sc
+			}
+			tools, _ := call("tools/list")["tools"].([]any)
+			names := map[string]bool{}
+			for _, tl := range tools {
+				if m, ok := tl.(map[string]any); ok {
+					names[fmt.Sprint(m["name"])] = true
+				}
+			}
+			for _, n := range []string{"workspace_create", "write_file", "exec", "diff", "checkpoint", "rollback", "fork", "read_file"} {
+				if !names[n] {
+					t.Errorf("tools/list lacks %s: %v", n, names)
+				}
+			}
+			ws := "insp-" + transport
+			defer h.run("ws", "rm", "--force", ws)
+			if got := tool("workspace_create", "name="+ws, "from=main"); got["name"] != ws {
+				t.Errorf("workspace_create: %v", got)
+			}
+			tool("write_file", "workspace="+ws, "path=notes/hello.txt", "content=hello inspector")
+			if got := tool("exec", "workspace="+ws, "command=cat notes/hello.txt; echo; echo done >&2"); got["stdout"] != "hello inspector\n" ||
+				got["stderr"] != "done\n" || got["exit_code"] != float64(0) {
+				t.Errorf("exec: %v", got)
+			}
+			if got := tool("diff", "workspace="+ws); !strings.Contains(fmt.Sprint(got["patch"]), "+hello inspector") {
+				t.Errorf("diff: %v", got)
+			}
+			cp := tool("checkpoint", "workspace="+ws, "message=from the inspector")
+			if len(fmt.Sprint(cp["checkpoint"])) != 64 {
+				t.Errorf("checkpoint: %v", cp)
+			}
+			tool("write_file", "workspace="+ws, "path=notes/hello.txt", "content=changed")
+			if got := tool("rollback", "workspace="+ws); got["checkpoint"] != cp["checkpoint"] {
+				t.Errorf("rollback: %v, want %v", got, cp["checkpoint"])
+			}
+			if got := tool("read_file", "workspace="+ws, "path=notes/hello.txt"); got["content"] != "hello inspector" {
+				t.Errorf("after rollback: %v", got)
 			}
 		})
 	}

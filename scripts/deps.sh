@@ -16,6 +16,8 @@ command -v newuidmap >/dev/null || need+=(uidmap)   # --subids workspaces (and t
 for p in python3-venv python3-pip python3-setuptools python3-wheel python3-pytest; do
   have_pkg "$p" || need+=("$p")
 done
+# The MCP Inspector (TestMCPInspector), installed by make mcp-inspector.
+command -v npm >/dev/null || need+=(npm)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
   command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
   command -v restic >/dev/null || need+=(restic)
