@@ -5,7 +5,7 @@
 # /tmp/strata-bench/results.md). Method and latest results: docs/bench.md.
 #
 #   BENCH_QUICK=1        small N: a smoke run of a few minutes
-#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs
+#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp
 #                        (or issues: workspaces commit sandbox runs)
 #   BENCH_OUT=FILE       results file
 #   BENCH_DOC=FILE       also replace the results section of FILE (docs/bench.md)
