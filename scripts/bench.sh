@@ -32,8 +32,8 @@ tmp=$(mktemp -d /tmp/strata-bench-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO build -trimpath -o "$tmp/bench" ./integration/bench
-cp bin/strata bin/strata-init "$tmp/"
-chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-init"
+cp bin/strata bin/strata-init bin/strata-mcp "$tmp/"
+chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-init" "$tmp/strata-mcp"
 # The baseline for the view scenario: the same build of an earlier
 # revision (git archive: no worktree is registered), beside its strata-init.
 base_rev=${BENCH_BASE_REV:-}

@@ -21,6 +21,8 @@ fi
 tmp=$(mktemp -d /var/tmp/strata-py.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
+# strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
+if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
 mkdir "$tmp/python"
 cp -r python/pyproject.toml python/README.md python/_build python/src python/tests "$tmp/python/"
 find "$tmp/python" -name __pycache__ -prune -exec rm -rf {} +

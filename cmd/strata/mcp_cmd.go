@@ -1,15 +1,26 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/stratafs/strata"
-	"github.com/stratafs/strata/mcp"
 )
+
+// mcpBinary is the MCP server, installed beside strata: strata does not
+// link the MCP SDK itself (cmd/strata-mcp says why).
+const mcpBinary = "strata-mcp"
+
+// defaultMaxOutput is mcp.DefaultMaxOutput (not imported: see mcpBinary).
+const defaultMaxOutput = 256 << 10
 
 func mcpCommand(e *env) *cli.Command {
 	return &cli.Command{
@@ -25,7 +36,7 @@ func mcpCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "stateless", Usage: "HTTP: no sessions, each request stands alone"},
 			&cli.StringFlag{Name: "token-file", Usage: "HTTP: require the bearer token in `FILE` (default $STRATA_MCP_TOKEN)"},
 			&cli.StringFlag{Name: "sandbox", Value: strata.SandboxAgent, Usage: "how exec runs commands: agent, strict or none"},
-			&cli.IntFlag{Name: "max-output", Value: mcp.DefaultMaxOutput, Usage: "cap in bytes on a command's stdout and stderr, a file read, a diff"},
+			&cli.IntFlag{Name: "max-output", Value: defaultMaxOutput, Usage: "cap in bytes on a command's stdout and stderr, a file read, a diff"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -35,6 +46,9 @@ func mcpCommand(e *env) *cli.Command {
 			case strata.SandboxAgent, strata.SandboxStrict, strata.SandboxNone:
 			default:
 				return usagef("--sandbox %q: use agent, strict or none", m)
+			}
+			if c.Int("max-output") < 1 {
+				return usagef("--max-output must be positive")
 			}
 			addr := c.String("http")
 			if addr == "" && (c.Bool("stateless") || c.IsSet("token-file")) {
@@ -52,35 +66,69 @@ func mcpCommand(e *env) *cli.Command {
 				}
 			}
 			if addr != "" {
-				// Decide before opening anything: a public address
+				// Decide before anything starts: a public address
 				// without a token is refused.
-				a, loopback, err := mcp.ListenAddr(addr)
+				a, loopback, err := listenAddr(addr)
 				if err != nil {
 					return usagef("--http: %v", err)
 				}
 				if !loopback && token == "" {
-					return usagef("--http %s: %v: set STRATA_MCP_TOKEN or --token-file, or listen on 127.0.0.1", a, mcp.ErrNeedToken)
+					return usagef("--http %s: a bearer token is required to listen beyond loopback: set STRATA_MCP_TOKEN or --token-file, or listen on 127.0.0.1", a)
 				}
 			}
-			repo, err := e.open(strata.OpenOptions{})
+			// The store must exist: say so here, in the CLI's words.
+			r, err := e.open(strata.OpenOptions{})
 			if err != nil {
 				return err
 			}
-			defer repo.Close()
-			srv := mcp.NewServer(repo, mcp.Options{
-				Sandbox:   strata.SandboxOptions{Mode: c.String("sandbox")},
-				MaxOutput: c.Int("max-output"),
-				Logf: func(format string, args ...any) {
-					if !e.quiet {
-						fmt.Fprintf(e.stderr, "strata mcp: "+format+"\n", args...)
-					}
-				},
-			})
-			if addr == "" {
-				return srv.ServeStdio(c.Context)
+			r.Close()
+			self, err := os.Executable()
+			if err != nil {
+				return err
 			}
-			return srv.ServeHTTP(c.Context, mcp.HTTPOptions{Addr: addr, Token: token, Stateless: c.Bool("stateless"),
-				Ready: func(a string) { fmt.Fprintf(e.stderr, "strata mcp: serving http://%s/mcp\n", a) }})
+			server := filepath.Join(filepath.Dir(self), mcpBinary)
+			if _, err := os.Stat(server); err != nil {
+				return fmt.Errorf("the MCP server %s is missing: install it beside strata (make build does): %w", server, strata.ErrUnsupported)
+			}
+			args := []string{mcpBinary, "--home", e.home, "--sandbox", c.String("sandbox"), "--max-output", strconv.Itoa(c.Int("max-output"))}
+			if addr != "" {
+				args = append(args, "--http", addr)
+			}
+			if c.Bool("stateless") {
+				args = append(args, "--stateless")
+			}
+			if e.quiet {
+				args = append(args, "--quiet")
+			}
+			env := os.Environ()
+			if token != "" {
+				env = append(env, "STRATA_MCP_TOKEN="+token)
+			}
+			err = syscall.Exec(server, args, env)
+			return fmt.Errorf("exec %s: %w", server, err)
 		},
 	}
+}
+
+// listenAddr is mcp.ListenAddr: a missing host is 127.0.0.1; it reports
+// whether the address is loopback-only.
+func listenAddr(addr string) (string, bool, error) {
+	if addr == "" {
+		return "", false, errors.New("no address: give HOST:PORT or :PORT")
+	}
+	if !strings.Contains(addr, ":") {
+		addr = ":" + addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false, fmt.Errorf("address %q: %w (give HOST:PORT or :PORT)", addr, err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil {
+		loopback = ip.IsLoopback()
+	}
+	return net.JoinHostPort(host, port), loopback, nil
 }
