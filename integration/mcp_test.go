@@ -462,6 +462,12 @@ func TestMCPPathEscapes(t *testing.T) {
 	if b, _ := os.ReadFile(secret); string(b) != "host secret\n" {
 		t.Errorf("the host file changed: %q", b)
 	}
+	// A FIFO would block the server: refused, for reading and writing.
+	mcpCall(t, cs, "exec", map[string]any{"workspace": "w", "command": "mkfifo fifo"}, &ex)
+	mcpFails(t, cs, "read_file", map[string]any{"workspace": "w", "path": "fifo"}, "not a regular file")
+	mcpFails(t, cs, "write_file", map[string]any{"workspace": "w", "path": "fifo", "content": "x"}, "not a regular file")
+	mcpFails(t, cs, "edit_file", map[string]any{"workspace": "w", "path": "fifo", "old": "a", "new": "b"}, "not a regular file")
+	mcpFails(t, cs, "read_file", map[string]any{"workspace": "w", "path": "src"}, "is a directory")
 	// A symlink inside the workspace, and `..` that stays inside, work.
 	var rd struct{ Content string }
 	mcpCall(t, cs, "read_file", map[string]any{"workspace": "w", "path": "inner"}, &rd)

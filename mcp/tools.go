@@ -177,7 +177,7 @@ func (s *Server) toolReadFile(ctx context.Context, _ *sdk.CallToolRequest, in re
 		return nil, readOut{}, toolError(err)
 	}
 	defer r.Close()
-	f, rel, err := r.open(in.Path, unix.O_RDONLY, 0)
+	f, rel, err := r.openRegular(in.Path, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, readOut{}, toolError(err)
 	}
@@ -185,9 +185,6 @@ func (s *Server) toolReadFile(ctx context.Context, _ *sdk.CallToolRequest, in re
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, readOut{}, err
-	}
-	if fi.IsDir() {
-		return nil, readOut{}, fmt.Errorf("%q is a directory: use list_dir", rel)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFile))
 	if err != nil {
@@ -317,13 +314,43 @@ func (s *Server) toolWriteFile(ctx context.Context, _ *sdk.CallToolRequest, in w
 	return nil, writeOut{Path: rel, Bytes: len(data)}, nil
 }
 
+// openRegular opens p like open, refusing anything but a regular file (a
+// directory, a FIFO an agent made that would block the server forever):
+// O_NONBLOCK keeps the open itself from waiting on a FIFO.
+func (r *root) openRegular(p string, flags int, mode uint32) (*os.File, string, error) {
+	f, rel, err := r.open(p, flags|unix.O_NONBLOCK|unix.O_NOCTTY, mode)
+	if err != nil {
+		if errors.Is(err, unix.ENXIO) {
+			return nil, rel, fmt.Errorf("%q is not a regular file", rel)
+		}
+		return nil, rel, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, rel, err
+	}
+	switch {
+	case fi.IsDir():
+		f.Close()
+		return nil, rel, fmt.Errorf("%q is a directory: use list_dir", rel)
+	case !fi.Mode().IsRegular():
+		f.Close()
+		return nil, rel, fmt.Errorf("%q is not a regular file (%s)", rel, fi.Mode().Type())
+	}
+	return f, rel, nil
+}
+
 // writeFile replaces the contents of rel (keeping an existing file's mode).
 func (r *root) writeFile(rel string, data []byte, mode uint32) error {
-	fd, err := r.openat(rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, mode)
+	f, _, err := r.openRegular(rel, unix.O_WRONLY|unix.O_CREAT, mode)
 	if err != nil {
 		return err
 	}
-	f := os.NewFile(uintptr(fd), rel)
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return fmt.Errorf("write %q: %w", rel, err)
+	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return fmt.Errorf("write %q: %w", rel, err)
@@ -353,7 +380,7 @@ func (s *Server) toolEditFile(ctx context.Context, _ *sdk.CallToolRequest, in ed
 		return nil, editOut{}, toolError(err)
 	}
 	defer r.Close()
-	f, rel, err := r.open(in.Path, unix.O_RDONLY, 0)
+	f, rel, err := r.openRegular(in.Path, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, editOut{}, toolError(err)
 	}

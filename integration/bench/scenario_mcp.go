@@ -51,7 +51,21 @@ func runMCP(b *Bench) error {
 		}
 		return d, time.Duration(out.DurationMs * float64(time.Millisecond)), nil
 	}
-	var rt, inner, overhead, cli []time.Duration
+	// The protocol's floor: a call the server answers without running
+	// anything (exec with an empty command is refused by its handler).
+	floor := func() (time.Duration, error) {
+		start := time.Now()
+		res, err := cs.CallTool(b.ctx, &sdk.CallToolParams{Name: "exec", Arguments: map[string]any{"workspace": "mcp", "command": []string{}}})
+		d := time.Since(start)
+		if err != nil {
+			return 0, err
+		}
+		if !res.IsError {
+			return 0, fmt.Errorf("mcp exec of an empty command succeeded")
+		}
+		return d, nil
+	}
+	var rt, inner, overhead, cli, empty []time.Duration
 	// Three unrecorded rounds first; then MCP and CLI interleaved, so that
 	// drift in the machine hits both alike.
 	for i := -3; i < b.cfg.n.exec; i++ {
@@ -66,14 +80,20 @@ func runMCP(b *Bench) error {
 		if err != nil {
 			return err
 		}
+		df, err := floor()
+		if err != nil {
+			return err
+		}
 		if i >= 0 {
 			rt, inner, overhead, cli = append(rt, d), append(inner, in), append(overhead, d-in), append(cli, dc)
+			empty = append(empty, df)
 		}
 	}
 	b.record("mcp", "roundtrip", unitNS, durs(rt), "")
 	b.record("mcp", "inner", unitNS, durs(inner), "")
 	b.record("mcp", "overhead", unitNS, durs(overhead), "")
 	b.record("mcp", "cli", unitNS, durs(cli), "")
+	b.record("mcp", "floor", unitNS, durs(empty), "")
 	return nil
 }
 
@@ -90,6 +110,7 @@ func reportMCP(r *Results) []Table {
 		{"cli", "`sh -c 'strata exec W -- true'` (a shell starting the CLI)"},
 		{"inner", "… of the round trip: the server inside the root package's Exec"},
 		{"overhead", "… of the round trip: what the MCP server and protocol add (round trip − Exec)"},
+		{"floor", "(protocol floor: a tool call the server refuses without running anything)"},
 	}
 	for _, row := range rows {
 		cells := []string{row.label, nOf(r, "mcp", row.key)}
