@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"errors"
+	"path"
 	"strings"
 	"testing"
 )
@@ -114,4 +115,26 @@ func TestListenAddr(t *testing.T) {
 	if _, _, err := ListenAddr(""); err == nil {
 		t.Error("empty address: no error")
 	}
+}
+
+// FuzzRel: whatever path a client sends, rel either refuses it or returns
+// a relative path that does not climb above the root lexically (the
+// kernel's RESOLVE_BENEATH handles symlinks), and never an absolute one.
+func FuzzRel(f *testing.F) {
+	for _, s := range []string{"a", "../a", "/work/proj/a", "/work/proj/../x", "a/../../b", "./", "//", "/work/proj//a/..", "\x00"} {
+		f.Add(s)
+	}
+	r := &root{target: "/work/proj"}
+	f.Fuzz(func(t *testing.T, p string) {
+		got, err := r.rel(p)
+		if err != nil {
+			return
+		}
+		if got == "" || path.IsAbs(got) || strings.IndexByte(got, 0) >= 0 {
+			t.Fatalf("rel(%q) = %q", p, got)
+		}
+		if c := path.Clean(got); c == ".." || strings.HasPrefix(c, "../") {
+			t.Fatalf("rel(%q) = %q climbs out", p, got)
+		}
+	})
 }
