@@ -575,6 +575,11 @@ func TestMCPHTTP(t *testing.T) {
 			if ex.Stdout != "over http\n" {
 				t.Errorf("exec over http: %+v", ex)
 			}
+			// The token is the server's, not its commands'.
+			mcpCall(t, cs, "exec", map[string]any{"workspace": name, "command": "env"}, &ex)
+			if strings.Contains(ex.Stdout, "s3cret") {
+				t.Errorf("the bearer token leaked into a command's environment")
+			}
 			var df struct{ Patch string }
 			mcpCall(t, cs, "diff", map[string]any{"workspace": name}, &df)
 			if !strings.Contains(df.Patch, "+over http") {

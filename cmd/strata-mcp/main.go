@@ -51,7 +51,9 @@ func run() int {
 		return 2
 	}
 	// The token comes through the environment, never argv (visible in ps).
+	// Commands inherit the server's environment: the token is not theirs.
 	token := os.Getenv("STRATA_MCP_TOKEN")
+	os.Unsetenv("STRATA_MCP_TOKEN")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	repo, err := strata.Open(*home, strata.OpenOptions{})
