@@ -183,6 +183,12 @@ func TestMCPTools(t *testing.T) {
 		if tl.InputSchema == nil {
 			t.Errorf("tool %s has no input schema", tl.Name)
 		}
+		if tl.Name == "exec" {
+			b, _ := json.Marshal(tl.InputSchema)
+			if !strings.Contains(string(b), `"command":{"anyOf":[{"items":{"type":"string"},"type":"array"},{"type":"string"}]`) {
+				t.Errorf("exec's command is not typed argv-or-string: %s", b)
+			}
+		}
 	}
 	for _, n := range []string{"workspace_create", "workspace_list", "workspace_remove", "exec", "read_file", "write_file",
 		"edit_file", "list_dir", "search", "diff", "checkpoint", "rollback", "fork", "promote", "apply_patch"} {

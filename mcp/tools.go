@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,22 @@ import (
 )
 
 func boolp(b bool) *bool { return &b }
+
+// execSchema is exec's input schema as inferred from execIn, with command
+// typed as what it is: an argv list of strings, or a shell string (an
+// `any` field infers to no type at all).
+func execSchema() *jsonschema.Schema {
+	sc, err := jsonschema.For[execIn](nil)
+	if err != nil {
+		panic(err)
+	}
+	c := sc.Properties["command"]
+	c.AnyOf = []*jsonschema.Schema{
+		{Type: "array", Items: &jsonschema.Schema{Type: "string"}},
+		{Type: "string"},
+	}
+	return sc
+}
 
 // addTools registers every tool. Annotations tell clients which tools only
 // read (they may call those without asking) and which destroy.
@@ -33,7 +50,7 @@ func (s *Server) addTools() {
 		Description: "List the workspaces of this store with their branch, state and size of uncommitted changes."}, s.toolList)
 	sdk.AddTool(s.srv, &sdk.Tool{Name: "workspace_remove", Annotations: destructive,
 		Description: "Remove a workspace. Refuses when it has uncommitted changes unless force is set (they are then lost)."}, s.toolRemove)
-	sdk.AddTool(s.srv, &sdk.Tool{Name: "exec", Annotations: destructive,
+	sdk.AddTool(s.srv, &sdk.Tool{Name: "exec", Annotations: destructive, InputSchema: execSchema(),
 		Description: "Run a command in a workspace's sandbox: command is an argv list, or a string run by `sh -c`. " +
 			"Returns exit_code, stdout, stderr (each capped; truncated says so). timeout_s ends it (exit 124). " +
 			"Cancelling the call kills the command and everything it started."}, s.toolExec)
