@@ -212,7 +212,10 @@ func (s *Server) run(ctx context.Context, name string, rs runSpec) (*execOut, er
 	outR.Close()
 	errR.Close()
 
-	timedOut := rs.timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	// Exec returns the context's error only when it had the command
+	// killed: a command that ended just before the deadline did not time
+	// out, whatever the clock says now.
+	timedOut := rs.timeout > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 	if err != nil && !timedOut {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("exec cancelled, its processes were killed: %w", ctx.Err())
