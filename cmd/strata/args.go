@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -20,6 +21,11 @@ func permuteArgs(app *cli.App, args []string) []string {
 	args, globals = extractGlobals(app.Flags, args)
 	out := append([]string{args[0]}, globals...)
 	rest := args[1:]
+	// `strata help ws create` shows create's help, as `strata ws create
+	// --help` does (urfave/cli's help command would show ws's).
+	if len(rest) > 1 && (rest[0] == "help" || rest[0] == "h") {
+		rest = append(slices.Clone(rest[1:]), "--help")
+	}
 	// Global flags come before the command; keep them where they are.
 	flags, cmds := app.Flags, app.Commands
 	for len(rest) > 0 {
@@ -82,6 +88,10 @@ func reorder(flags []cli.Flag, args []string, limit int) []string {
 			}
 			return append(append(append(fl, "--"), pos...), args[i+1:]...)
 		}
+		if short, val, ok := splitShort(flags, a); ok {
+			fl = append(fl, short, val)
+			continue
+		}
 		if strings.HasPrefix(a, "-") && len(a) > 1 {
 			fl = append(fl, a)
 			if takesValue(flags, a) && i+1 < len(args) {
@@ -97,6 +107,27 @@ func reorder(flags []cli.Flag, args []string, limit int) []string {
 	}
 	// "--" keeps positionals that look like flags from being parsed.
 	return append(append(fl, "--"), pos...)
+}
+
+// splitShort splits a one-letter flag and its attached value, as git and
+// getopt read them: `-n1` is `-n 1`, `-bdev` is `-b dev`.
+func splitShort(flags []cli.Flag, a string) (flag, value string, ok bool) {
+	if len(a) < 3 || a[0] != '-' || a[1] == '-' || strings.Contains(a, "=") {
+		return "", "", false
+	}
+	if hasFlag(flags, a[1:]) || !takesValue(flags, a[:2]) || !hasFlag(flags, a[1:2]) {
+		return "", "", false
+	}
+	return a[:2], a[2:], true
+}
+
+func hasFlag(flags []cli.Flag, name string) bool {
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 func findCommand(cmds []*cli.Command, name string) *cli.Command {

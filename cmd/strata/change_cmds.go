@@ -21,7 +21,7 @@ func changeCommands(e *env) []*cli.Command {
 			Flags: []cli.Flag{
 				&cli.BoolFlag{Name: "stat", Usage: "per-file line counts, as git diff --stat"},
 				&cli.BoolFlag{Name: "name-status", Usage: "one line per path: A, D, M or T and the path"},
-				&cli.BoolFlag{Name: "patch", Aliases: []string{"p"}, Usage: "a git-style patch (the default) that git apply accepts"},
+				&cli.BoolFlag{Name: "patch", Aliases: []string{"p"}, DefaultText: "on unless --stat or --name-status", Usage: "a git-style patch that git apply accepts"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {

@@ -97,7 +97,7 @@ func newApp(e *env) *cli.App {
 			&cli.StringFlag{Name: "home", Usage: "store directory (default $STRATA_HOME, $XDG_DATA_HOME/strata, ~/.local/share/strata)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine-readable output: one JSON object per result"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress bars, no warnings, only results"},
-			&cli.BoolFlag{Name: "version", Usage: "print the version (as `strata version`) and exit"},
+			&cli.BoolFlag{Name: "version", Usage: "print the version (as strata version) and exit"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.Bool("version") {

@@ -24,7 +24,7 @@ func storeCommands(e *env) []*cli.Command {
 			Usage:     "create the store (idempotent)",
 			ArgsUsage: " ",
 			Flags: []cli.Flag{
-				&cli.IntFlag{Name: "max-layers", Usage: "the deepest layer stack a workspace mounts before a commit gets one flattened layer (1-500; default 64); a store setting"},
+				&cli.IntFlag{Name: "max-layers", DefaultText: "64", Usage: "the deepest layer stack a workspace mounts before a commit gets one flattened layer (1-500); a store setting"},
 				&cli.StringSliceFlag{Name: "ro", Usage: "PATH every sandboxed command of the store sees read-only, e.g. a toolchain under your home (repeatable); a store setting"},
 				&cli.StringSliceFlag{Name: "rw", Usage: "PATH every sandboxed command of the store sees read-write, e.g. a cache (repeatable); a store setting"},
 				&cli.StringSliceFlag{Name: "forget", Usage: "remove PATH from the store's --ro/--rw defaults (repeatable)"},
@@ -128,7 +128,7 @@ func storeCommands(e *env) []*cli.Command {
 			Usage:     "history of REF (default main)",
 			ArgsUsage: "[REF]",
 			Flags: []cli.Flag{
-				&cli.IntFlag{Name: "n", Usage: "at most N commits (0: all)"},
+				&cli.IntFlag{Name: "n", DefaultText: "0: all", Usage: "at most N commits (-n1 and -n 1 both work)"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() > 1 {
@@ -351,7 +351,7 @@ func branchCommand(e *env) *cli.Command {
 		Usage:  "list, create or delete branches",
 		Action: list,
 		Subcommands: []*cli.Command{
-			{Name: "list", Usage: "list branches", Action: list},
+			{Name: "list", Aliases: []string{"ls"}, Usage: "list branches", Action: list},
 			{
 				Name:      "create",
 				Usage:     "create a branch at REF",

@@ -51,8 +51,9 @@ func wsCommand(e *env) *cli.Command {
 				},
 			},
 			{
-				Name:  "list",
-				Usage: "name, branch, base commit, state, size of changes",
+				Name:    "list",
+				Aliases: []string{"ls"},
+				Usage:   "name, branch, base commit, state, size of changes",
 				Action: func(c *cli.Context) error {
 					r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
 					if err != nil {
@@ -209,7 +210,7 @@ func execCommand(e *env) *cli.Command {
 		Usage:     "run a command in a workspace (exit status is the command's)",
 		ArgsUsage: "NAME -- CMD [ARG...]",
 		Flags: append(sandboxFlags(),
-			&cli.StringFlag{Name: "cwd", Usage: "working directory inside the workspace (relative to its root)"},
+			&cli.StringFlag{Name: "cwd", Usage: "working directory: relative to the workspace root, or absolute as the command sees it"},
 			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the command's environment (repeatable)"},
 		),
 		Action: func(c *cli.Context) error {
@@ -228,7 +229,7 @@ func shellCommand(e *env) *cli.Command {
 		Usage:     "an interactive shell in a workspace",
 		ArgsUsage: "NAME",
 		Flags: append(sandboxFlags(),
-			&cli.StringFlag{Name: "cwd", Usage: "working directory inside the workspace"},
+			&cli.StringFlag{Name: "cwd", Usage: "working directory: relative to the workspace root, or absolute as the command sees it"},
 			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the shell's environment (repeatable)"},
 		),
 		Action: func(c *cli.Context) error {
