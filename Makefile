@@ -9,6 +9,7 @@
 #   make cover    coverage per package: unit tests + both integration passes, merged
 #   make lint     gofmt, go vet, staticcheck
 #   make deps     install what a fresh Debian machine lacks (as root), or print how
+#   make man      bin/man/man1/strata.1, from the command tree
 
 SHELL := /bin/bash
 GO ?= go
@@ -33,7 +34,7 @@ STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 export STRATA_CORPUS STRATA_CACHE
 
 .PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test mcp-inspector \
-        bench demo deps lint corpus clean crash cover
+        bench demo deps lint corpus clean crash cover man
 
 all: build
 
@@ -110,3 +111,10 @@ lint:
 
 clean:
 	rm -rf $(BIN)
+
+# strata(1), generated from the command tree by a build that carries
+# urfave/cli's docs support (the installed binary does not: see GOFLAGS_BUILD).
+man:
+	@mkdir -p $(BIN)/man/man1
+	$(GO) run -trimpath ./cmd/strata __man > $(BIN)/man/man1/strata.1
+	@echo "man -l $(BIN)/man/man1/strata.1"

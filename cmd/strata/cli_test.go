@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os/exec"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -76,5 +79,64 @@ func TestHelpTextsAgree(t *testing.T) {
 				t.Errorf("init: %q", strings.TrimSpace(line))
 			}
 		}
+	}
+}
+
+// TestCompletionBash: the bash script, loaded into a real bash, completes
+// subcommands, aliases and flags from the command tree (issue 19).
+func TestCompletionBash(t *testing.T) {
+	code, script, stderr := strataRun(t, "completion", "bash")
+	if code != 0 {
+		t.Fatalf("completion bash: exit %d: %s", code, stderr)
+	}
+	for _, tc := range []struct{ words, want string }{
+		{"strata ws c", "create"},
+		{"strata --json ws ls --", "--help"},
+		{"strata run --t", "--timeout --tmpfs"},
+		{"strata ex", "exec export export-git"},
+		{"strata branch cr", "create"},
+	} {
+		words := strings.Fields(tc.words)
+		sh := script + "\nCOMP_WORDS=(" + tc.words + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + "; _strata; echo \"${COMPREPLY[*]}\"\n"
+		cmd := exec.Command("bash", "--norc", "-c", sh)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash: %v: %s", err, out)
+		}
+		got := strings.Fields(string(out))
+		sort.Strings(got)
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%q: completions %q, want %q", tc.words, got, tc.want)
+		}
+	}
+}
+
+// TestCompletionShells: zsh and fish scripts name every command, and an
+// unknown shell is a usage error.
+func TestCompletionShells(t *testing.T) {
+	code, out, _ := strataRun(t, "completion", "zsh")
+	if code != 0 || !strings.HasPrefix(out, "#compdef strata") || !strings.Contains(out, "bashcompinit") {
+		t.Errorf("zsh: exit %d, %.80q", code, out)
+	}
+	code, out, _ = strataRun(t, "completion", "fish")
+	if code != 0 || !strings.Contains(out, "complete -c strata -f -n '__strata_at \\'ws\\'' -a 'create'") {
+		t.Errorf("fish: exit %d, %.200q", code, out)
+	}
+	if code, _, _ := strataRun(t, "completion", "tcsh"); code != exitUsage {
+		t.Errorf("tcsh: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// TestHelpExamples: the main verbs' help shows examples.
+func TestHelpExamples(t *testing.T) {
+	for _, c := range []string{"import", "exec", "diff", "commit", "promote", "apply", "run", "batch"} {
+		_, out, _ := strataRun(t, "help", c)
+		if !strings.Contains(out, "Examples:\n      strata "+c) && !(c == "run" && strings.Contains(out, "Examples:")) {
+			t.Errorf("help %s: no examples in %q", c, out)
+		}
+	}
+	_, out, _ := strataRun(t, "help", "ws", "create")
+	if !strings.Contains(out, "strata ws create agent1") {
+		t.Errorf("help ws create: no examples")
 	}
 }

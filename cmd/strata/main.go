@@ -134,7 +134,11 @@ func newApp(e *env) *cli.App {
 	app.Commands = append(app.Commands, wsCommand(e), execCommand(e), shellCommand(e))
 	app.Commands = append(app.Commands, changeCommands(e)...)
 	app.Commands = append(app.Commands, runCommand(e), batchCommand(e))
-	app.Commands = append(app.Commands, doctorCommand(e), versionCommand(e), mcpCommand(e))
+	app.Commands = append(app.Commands, doctorCommand(e), versionCommand(e), completionCommand(e), mcpCommand(e))
+	for _, extra := range extraCommands {
+		app.Commands = append(app.Commands, extra(e))
+	}
+	addExamples(app.Commands, "")
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}
@@ -270,3 +274,7 @@ func (e *env) warn(path, msg string) {
 func (e *env) open(opts strata.OpenOptions) (*strata.Repo, error) {
 	return strata.Open(e.home, opts)
 }
+
+// extraCommands are hidden commands of builds that carry them (man.go:
+// the man page generator, left out of the installed binary).
+var extraCommands []func(*env) *cli.Command
