@@ -1,4 +1,4 @@
-// Command strata is the command-line interface of strata (see CLI.md): flag
+// Command strata is the command-line interface of strata (see docs/cli.md): flag
 // parsing, output (text and --json), exit codes and progress bars. All
 // behaviour lives in the root package.
 package main
@@ -20,7 +20,7 @@ import (
 	"github.com/stratafs/strata/nsexec"
 )
 
-// Exit codes (CLI.md).
+// Exit codes (docs/cli.md).
 const (
 	exitOK       = 0
 	exitError    = 1
