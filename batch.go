@@ -89,6 +89,9 @@ func (r *Repo) Batch(ctx context.Context, file string, w io.Writer, opts BatchOp
 	if err != nil {
 		return nil, err
 	}
+	if err := checkJobs(file, jobs, opts); err != nil {
+		return nil, err
+	}
 	sum := &BatchSummary{Jobs: len(jobs)}
 	done := map[string]bool{}
 	var out io.Writer = w
@@ -210,15 +213,64 @@ func (r *Repo) runJob(ctx context.Context, file string, i int, j Job, opts Batch
 		ro.Stdout, ro.Stderr = outF, errF
 	}
 	rr, err := r.Run(ctx, ro)
-	if err != nil {
-		res.RunResult = rr
-		return fail(err)
-	}
 	res.RunResult = rr
-	if outF != nil {
+	// The command ran even when its commit conflicted or broke the
+	// policy: its output belongs in the line either way.
+	if outF != nil && rr != nil {
 		res.StdoutTail, res.StderrTail = tail(outF), tail(errF)
 	}
+	if err != nil {
+		return fail(err)
+	}
 	return res
+}
+
+// checkJobs validates every job before any runs, so that a bad line
+// (line 40 of 50) does not leave a half-run batch behind. All problems
+// are reported at once.
+func checkJobs(file string, jobs []Job, opts BatchOptions) error {
+	var bad []string
+	for _, j := range jobs {
+		ro, err := jobOptions(file, j, opts)
+		if err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		if err := ro.check(); err != nil {
+			bad = append(bad, fmt.Sprintf("job %s: %v", j.ID, err))
+		} else if err := checkSandboxNames(ro.Sandbox); err != nil {
+			bad = append(bad, fmt.Sprintf("job %s: %v", j.ID, err))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return invalidf("batch %s: %d of %d %s invalid; no job was run:\n  %s",
+		file, len(bad), len(jobs), plural(len(jobs), "job is", "jobs are"), strings.Join(bad, "\n  "))
+}
+
+// checkSandboxNames checks a job's sandbox and net names (the rest of the
+// sandbox is checked when each command starts).
+func checkSandboxNames(o SandboxOptions) error {
+	switch o.Mode {
+	case "", SandboxAgent, SandboxStrict, SandboxNone:
+	default:
+		return invalidf("sandbox %q: want agent, strict or none", o.Mode)
+	}
+	switch o.Net {
+	case "", NetHost, NetNone:
+	default:
+		return invalidf("net %q: want host or none", o.Net)
+	}
+	return nil
+}
+
+// plural picks the singular or plural form for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // jobOptions turns a job into run options.
@@ -234,13 +286,13 @@ func jobOptions(file string, j Job, opts BatchOptions) (RunOptions, error) {
 	var shell string
 	switch {
 	case len(j.Cmd) == 0:
-		return ro, fmt.Errorf("job %s: no cmd: %w", j.ID, ErrInvalidName)
+		return ro, invalidf("job %s: no cmd", j.ID)
 	case json.Unmarshal(j.Cmd, &argv) == nil && len(argv) > 0:
 		ro.Argv = argv
 	case json.Unmarshal(j.Cmd, &shell) == nil && shell != "":
 		ro.Argv = []string{"/bin/sh", "-c", shell}
 	default:
-		return ro, fmt.Errorf("job %s: cmd must be a string or an array of strings: %w", j.ID, ErrInvalidName)
+		return ro, invalidf("job %s: cmd must be a string or an array of strings", j.ID)
 	}
 	if len(j.Timeout) > 0 {
 		var s string
@@ -249,13 +301,13 @@ func jobOptions(file string, j Job, opts BatchOptions) (RunOptions, error) {
 		case json.Unmarshal(j.Timeout, &s) == nil:
 			d, err := time.ParseDuration(s)
 			if err != nil {
-				return ro, fmt.Errorf("job %s: timeout %q: %w", j.ID, s, ErrInvalidName)
+				return ro, invalidf("job %s: timeout %q", j.ID, s)
 			}
 			ro.Timeout = d
 		case json.Unmarshal(j.Timeout, &secs) == nil:
 			ro.Timeout = time.Duration(secs * float64(time.Second))
 		default:
-			return ro, fmt.Errorf("job %s: timeout must be \"90s\" or a number of seconds: %w", j.ID, ErrInvalidName)
+			return ro, invalidf("job %s: timeout must be \"90s\" or a number of seconds", j.ID)
 		}
 	}
 	if len(j.Env) > 0 {
@@ -269,7 +321,7 @@ func jobOptions(file string, j Job, opts BatchOptions) (RunOptions, error) {
 		case json.Unmarshal(j.Env, &l) == nil:
 			ro.Env = l
 		default:
-			return ro, fmt.Errorf("job %s: env must be an object or a list of K=V: %w", j.ID, ErrInvalidName)
+			return ro, invalidf("job %s: env must be an object or a list of K=V", j.ID)
 		}
 	}
 	switch {
@@ -310,13 +362,13 @@ func readJobs(file string) ([]Job, error) {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&j); err != nil {
-			return nil, fmt.Errorf("batch %s:%d: %v: %w", file, n, err, ErrInvalidName)
+			return nil, invalidf("batch %s:%d: %v", file, n, err)
 		}
 		if j.ID == "" {
 			j.ID = "line-" + strconv.Itoa(n)
 		}
 		if prev, dup := seen[j.ID]; dup {
-			return nil, fmt.Errorf("batch %s:%d: job id %q already used on line %d: %w", file, n, j.ID, prev, ErrInvalidName)
+			return nil, invalidf("batch %s:%d: job id %q already used on line %d", file, n, j.ID, prev)
 		}
 		seen[j.ID] = n
 		jobs = append(jobs, j)

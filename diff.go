@@ -45,7 +45,7 @@ func (r *Repo) Diff(ctx context.Context, arg string) (*DiffSpec, []snapshot.Chan
 	}
 	if a, b, ok := strings.Cut(arg, ".."); ok {
 		if a == "" || b == "" {
-			return nil, nil, fmt.Errorf("diff %q: want A..B: %w", arg, ErrInvalidName)
+			return nil, nil, invalidf("diff %q: want A..B", arg)
 		}
 		ta, ca, err := r.commitTree(ctx, a)
 		if err != nil {

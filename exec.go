@@ -148,20 +148,20 @@ func (r *Repo) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions
 	case NetNone:
 		cmd.NetNone = true
 	default:
-		return fmt.Errorf("--net %q: want host or none: %w", o.Net, ErrInvalidName)
+		return invalidf("--net %q: want host or none", o.Net)
 	}
 	if mode == SandboxStrict && o.Net == NetHost {
-		return fmt.Errorf("--sandbox strict implies --net none; --net host contradicts it: %w", ErrInvalidName)
+		return invalidf("--sandbox strict implies --net none; --net host contradicts it")
 	}
 	switch mode {
 	case SandboxNone:
 		if len(o.RO)+len(o.RW)+len(o.AllowConnect)+len(o.AllowBind) > 0 || o.RequireABI > 0 {
-			return fmt.Errorf("--rw, --ro, --allow-connect, --allow-bind and --sandbox-require-abi need a sandbox; --sandbox none has none: %w", ErrInvalidName)
+			return invalidf("--rw, --ro, --allow-connect, --allow-bind and --sandbox-require-abi need a sandbox; --sandbox none has none")
 		}
 		return nil
 	case SandboxAgent, SandboxStrict:
 	default:
-		return fmt.Errorf("--sandbox %q: want agent, strict or none: %w", mode, ErrInvalidName)
+		return invalidf("--sandbox %q: want agent, strict or none", mode)
 	}
 	// The view first (the mount namespace is the first fence): the
 	// system, the workspace, private /tmp, /var/tmp and /dev/shm, and the

@@ -59,6 +59,27 @@ type RunOptions struct {
 	Warn    func(path, msg string)
 }
 
+// check validates the options that need no store and no kernel.
+func (opts RunOptions) check() error {
+	if len(opts.Argv) == 0 {
+		return invalidf("run: no command given")
+	}
+	if opts.Keep && opts.CommitBranch != "" {
+		return invalidf("run: --keep and --commit exclude each other")
+	}
+	if opts.CommitBranch != "" {
+		if err := store.ValidateBranchName(opts.CommitBranch); err != nil {
+			return err
+		}
+	}
+	for _, g := range opts.Protect {
+		if _, err := path.Match(strings.ReplaceAll(g, "**", "*"), ""); err != nil {
+			return invalidf("--protect %q: %v", g, err)
+		}
+	}
+	return nil
+}
+
 // RunResult is the one result object of a run (`run --json`).
 type RunResult struct {
 	ID        string   `json:"id"`
@@ -72,7 +93,7 @@ type RunResult struct {
 	Diff      DiffStat `json:"diff"`
 	// Violations are the policy check's findings; with any, nothing was
 	// committed.
-	Violations []Violation `json:"policy_violations,omitempty"`
+	Violations []Violation `json:"policy_violations"` // [] when none: always present
 	// Durations of each phase in nanoseconds (runPhases; 0 for a phase
 	// that did not happen) and their total.
 	Durations map[string]int64 `json:"durations_ns"`
@@ -127,7 +148,7 @@ func (r *Repo) runsRoot(disk bool) string {
 // returned error is strata's own; the command's outcome is in the result.
 func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err error) {
 	t0 := time.Now()
-	res := &RunResult{ID: randomHex(6), Durations: map[string]int64{}}
+	res := &RunResult{ID: randomHex(6), Durations: map[string]int64{}, Violations: []Violation{}}
 	for _, p := range runPhases {
 		res.Durations[p] = 0 // every phase is reported, 0 when it did not happen
 	}
@@ -136,24 +157,11 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 		res.Durations[name] += now.Sub(since).Nanoseconds()
 		return now
 	}
-	if len(opts.Argv) == 0 {
-		return nil, fmt.Errorf("run: no command given: %w", ErrInvalidName)
-	}
-	if opts.Keep && opts.CommitBranch != "" {
-		return nil, fmt.Errorf("run: --keep and --commit exclude each other: %w", ErrInvalidName)
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	if err := checkSubIDs(opts.SubIDs); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
-	}
-	if opts.CommitBranch != "" {
-		if err := store.ValidateBranchName(opts.CommitBranch); err != nil {
-			return nil, err
-		}
-	}
-	for _, g := range opts.Protect {
-		if _, err := path.Match(strings.ReplaceAll(g, "**", "*"), ""); err != nil {
-			return nil, fmt.Errorf("--protect %q: %v: %w", g, err, ErrInvalidName)
-		}
 	}
 	st, err := r.db()
 	if err != nil {
@@ -405,7 +413,8 @@ func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, b
 	if err != nil {
 		return err
 	}
-	if res.Violations = policyCheck(diff, opts.Protect); len(res.Violations) > 0 {
+	if vs := policyCheck(diff, opts.Protect); len(vs) > 0 {
+		res.Violations = vs
 		return &PolicyError{Violations: res.Violations}
 	}
 	branch := opts.CommitBranch

@@ -73,7 +73,7 @@ func (r *Repo) MaxLayers() (int, error) {
 // stack can use, and a running workspace may have mounted a deeper one.
 func (r *Repo) SetMaxLayers(ctx context.Context, n int) error {
 	if n < 1 || n > maxLayersLimit {
-		return fmt.Errorf("max layers %d: want 1 to %d (overlayfs stacks at most %d layers): %w", n, maxLayersLimit, maxLayersLimit, ErrInvalidName)
+		return invalidf("max layers %d: want 1 to %d (overlayfs stacks at most %d layers)", n, maxLayersLimit, maxLayersLimit)
 	}
 	cur, err := r.MaxLayers()
 	if err != nil {

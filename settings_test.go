@@ -20,8 +20,8 @@ func TestSetMaxLayers(t *testing.T) {
 		t.Fatalf("default = %d, %v; want 64", n, err)
 	}
 	for _, bad := range []int{0, -1, 501} {
-		if err := r.SetMaxLayers(ctx, bad); !errors.Is(err, ErrInvalidName) {
-			t.Errorf("SetMaxLayers(%d) = %v, want ErrInvalidName", bad, err)
+		if err := r.SetMaxLayers(ctx, bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("SetMaxLayers(%d) = %v, want ErrInvalidArgument", bad, err)
 		}
 	}
 	if err := r.SetMaxLayers(ctx, 100); err != nil {

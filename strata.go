@@ -42,7 +42,23 @@ var (
 	ErrNoStore = errors.New("no store")
 	// ErrUnsupported: the kernel or user lacks a feature (see Doctor).
 	ErrUnsupported = errors.ErrUnsupported
+	// ErrInvalidArgument: bad input other than a name (a flag value, a
+	// batch job, a patch, a range). Errors in this category carry their
+	// whole explanation; the sentinel adds no text to them (invalidf).
+	ErrInvalidArgument = errors.New("invalid argument")
 )
+
+// invalidError is an ErrInvalidArgument whose message is only its own.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// invalidf returns an ErrInvalidArgument error with the formatted message,
+// without a ": invalid argument" suffix.
+func invalidf(format string, args ...any) error {
+	return &invalidError{fmt.Sprintf(format, args...)}
+}
 
 // dbName is the database file inside the home directory.
 const dbName = "strata.db"

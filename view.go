@@ -236,7 +236,7 @@ func (r *Repo) viewBinds(env []string, o *SandboxOptions) (*viewPlan, error) {
 // a sandboxed command's mount namespace).
 func (r *Repo) checkBind(flag, path string) error {
 	if !filepath.IsAbs(path) {
-		return fmt.Errorf("%s %q: give an absolute path: %w", flag, path, ErrInvalidName)
+		return invalidf("%s %q: give an absolute path", flag, path)
 	}
 	path = filepath.Clean(path)
 	if _, err := os.Stat(path); err != nil {
@@ -244,7 +244,7 @@ func (r *Repo) checkBind(flag, path string) error {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return fmt.Errorf("%s %s: %v: %w", flag, path, err, ErrInvalidName)
+		return invalidf("%s %s: %v", flag, path, err)
 	}
 	store := r.home
 	if real, err := filepath.EvalSymlinks(store); err == nil {
@@ -255,7 +255,7 @@ func (r *Repo) checkBind(flag, path string) error {
 		real = path
 	}
 	if overlaps(real, store) || overlaps(path, r.home) {
-		return fmt.Errorf("%s %s: the strata store (%s) would be visible in the sandbox; bind a directory that neither holds it nor lies in it: %w", flag, path, r.home, ErrInvalidName)
+		return invalidf("%s %s: the strata store (%s) would be visible in the sandbox; bind a directory that neither holds it nor lies in it", flag, path, r.home)
 	}
 	return nil
 }

@@ -758,13 +758,19 @@ func cliBatch(t *testing.T, h *home, jobs []string, args ...string) (map[string]
 	if err := os.WriteFile(file, []byte(strings.Join(jobs, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := h.ok(append([]string{"batch", file}, args...)...)
+	r := h.run(append([]string{"batch", file}, args...)...)
 	res := map[string]map[string]any{}
+	failed := false
 	for _, m := range cliLines(t, r.stdout) {
 		res[m["id"].(string)] = m
+		failed = failed || m["error"] != nil || m["exit_code"] != 0.0
 	}
 	if len(res) != len(jobs) {
 		t.Fatalf("batch: %d results for %d jobs:\n%s", len(res), len(jobs), r)
+	}
+	// Exit 4 when any job failed, so that set -e scripts notice (issue 19).
+	if want := map[bool]int{false: 0, true: 4}[failed]; r.code != want {
+		t.Errorf("batch: exit %d, want %d:\n%s", r.code, want, r)
 	}
 	return res, r
 }
@@ -859,6 +865,14 @@ func TestCLIBatchJobs(t *testing.T) {
 	}
 	if got := read("noenv", "stdout"); got != "[unset]\n" {
 		t.Errorf("job noenv: %q", got)
+	}
+
+	// A job whose commit conflicts (the branch is elsewhere) keeps its
+	// output tails and its total duration in the line (issue 19).
+	res, _ = cliBatch(t, h, []string{`{"id": "conflict", "commit": "other", "cmd": "echo out; echo y > f"}`})
+	cm := res["conflict"]
+	if d, _ := cm["durations_ns"].(map[string]any); cm["stdout_tail"] != "out\n" || cm["error_kind"] != "conflict" || d["total"] == nil || d["total"].(float64) <= 0 {
+		t.Errorf("conflicted job: %v", cm)
 	}
 
 	// Without --output: the last 4 KiB of each stream in the line.

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,5 +140,60 @@ func TestHelpExamples(t *testing.T) {
 	_, out, _ := strataRun(t, "help", "ws", "create")
 	if !strings.Contains(out, "strata ws create agent1") {
 		t.Errorf("help ws create: no examples")
+	}
+}
+
+// TestBadInputMessages: errors about bad input name what is wrong and end
+// without the bogus ": invalid name" of before (issue 19); they stay usage
+// errors (exit 2).
+func TestBadInputMessages(t *testing.T) {
+	home := newHome(t)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"batch", write("json.jsonl", "{nope\n")}, "json.jsonl:1: invalid character"},
+		{[]string{"batch", write("field.jsonl", `{"id": "a", "cmd": "true", "bogus": 1}`+"\n")}, `unknown field "bogus"`},
+		{[]string{"batch", write("dup.jsonl", `{"id": "a", "cmd": "true"}`+"\n"+`{"id": "a", "cmd": "true"}`+"\n")}, `job id "a" already used on line 1`},
+		{[]string{"batch", write("nocmd.jsonl", `{"id": "a"}`+"\n")}, "job a: no cmd"},
+		{[]string{"batch", write("timeout.jsonl", `{"id": "a", "cmd": "true", "timeout": "soon"}`+"\n")}, `job a: timeout "soon"`},
+		{[]string{"batch", write("sandbox.jsonl", `{"id": "a", "cmd": "true", "sandbox": "bogus"}`+"\n")}, `job a: sandbox "bogus"`},
+		{[]string{"diff", "main.."}, "want A..B"},
+		{[]string{"init", "--max-layers", "9999"}, "max layers 9999"},
+	} {
+		code, _, stderr := strataRun(t, append([]string{"--home", home}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "invalid name") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q, without \"invalid name\"", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+// TestBatchValidatesAllFirst: a bad job on the last line stops the batch
+// before the first (good) job runs, and every bad job is named (issue 19).
+func TestBatchValidatesAllFirst(t *testing.T) {
+	home := newHome(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	file := filepath.Join(t.TempDir(), "jobs.jsonl")
+	jobs := `{"id": "good", "cmd": ["touch", "` + marker + `"]}` + "\n" +
+		`{"id": "bad1", "cmd": "true", "net": "bogus"}` + "\n" +
+		`{"id": "bad2", "cmd": "true", "keep": true, "commit": "x"}` + "\n"
+	if err := os.WriteFile(file, []byte(jobs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := strataRun(t, "--home", home, "batch", file)
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "2 of 3 jobs are invalid") ||
+		!strings.Contains(stderr, `job bad1: net "bogus"`) || !strings.Contains(stderr, "job bad2: run: --keep and --commit") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the good job ran")
 	}
 }

@@ -26,7 +26,9 @@ const (
 	exitError    = 1
 	exitUsage    = 2
 	exitConflict = 3
-	exitStrata   = 125 // exec/run: strata failed before or around the command
+	// exitJobsFailed: batch ran every job and at least one failed.
+	exitJobsFailed = 4
+	exitStrata     = 125 // exec/run: strata failed before or around the command
 )
 
 // usageError marks an error in how strata was called (exit 2).
@@ -169,7 +171,7 @@ func (e *env) report(err error) int {
 	code := exitError
 	var ue *usageError
 	switch {
-	case errors.As(err, &ue), errors.Is(err, strata.ErrInvalidName):
+	case errors.As(err, &ue), errors.Is(err, strata.ErrInvalidName), errors.Is(err, strata.ErrInvalidArgument):
 		code = exitUsage
 	case errors.Is(err, strata.ErrConflict):
 		code = exitConflict
@@ -195,7 +197,7 @@ func (e *env) printError(err error, kind string) {
 func kindOf(err error) string {
 	var ue *usageError
 	switch {
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.Is(err, strata.ErrInvalidArgument):
 		return "usage"
 	case errors.Is(err, strata.ErrConflict):
 		return "conflict"
@@ -235,6 +237,14 @@ func explain(err error) string {
 		return "interrupted; nothing was changed by the interrupted operation"
 	}
 	return msg
+}
+
+// count is "1 file", "2 files".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // out prints one result: v as a JSON line with --json, else text.

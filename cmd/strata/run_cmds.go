@@ -88,7 +88,7 @@ func runCommand(e *env) *cli.Command {
 					e.out(res, nil)
 				}
 				return err
-			case errors.Is(err, strata.ErrInvalidName):
+			case errors.Is(err, strata.ErrInvalidName), errors.Is(err, strata.ErrInvalidArgument):
 				return err
 			case err != nil:
 				return &exitCode{code: exitStrata, err: err}
@@ -159,8 +159,13 @@ func batchCommand(e *env) *cli.Command {
 				return err
 			}
 			if !e.quiet && c.String("out") != "" {
-				fmt.Fprintf(e.stderr, "batch: %d jobs: %d run (%d passed, %d failed, %d timed out, %d errors), %d already done, in %s\n",
-					sum.Jobs, sum.Ran, sum.Passed, sum.Failed, sum.TimedOut, sum.Errors, sum.Skipped, time.Duration(sum.Duration).Round(time.Millisecond))
+				fmt.Fprintf(e.stderr, "batch: %s: %d run (%d passed, %d failed, %d timed out, %s), %d already done, in %s\n",
+					count(sum.Jobs, "job", "jobs"), sum.Ran, sum.Passed, sum.Failed, sum.TimedOut, count(sum.Errors, "error", "errors"), sum.Skipped, time.Duration(sum.Duration).Round(time.Millisecond))
+			}
+			if sum.Failed+sum.Errors > 0 {
+				// set -e scripts and CI notice; every job ran and has
+				// its line (docs/cli.md).
+				return &exitCode{code: exitJobsFailed}
 			}
 			return nil
 		},

@@ -274,7 +274,7 @@ func (e *env) runInWorkspace(c *cli.Context, name string, argv []string, shell b
 	}
 	if err != nil {
 		var ue *usageError
-		if errors.As(err, &ue) || errors.Is(err, strata.ErrInvalidName) {
+		if errors.As(err, &ue) || errors.Is(err, strata.ErrInvalidName) || errors.Is(err, strata.ErrInvalidArgument) {
 			return err
 		}
 		return &exitCode{code: exitStrata, err: err}
