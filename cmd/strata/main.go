@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -73,7 +74,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		e.tty = term.IsTerminal(int(f.Fd()))
 	}
 	app := newApp(e)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	var caught atomic.Value // the signal that cancelled ctx
+	go func() {
+		if s, ok := <-sigc; ok {
+			caught.Store(s)
+			cancel()
+		}
+	}()
+	stop := func() { signal.Stop(sigc) }
 	defer stop()
 	err := app.RunContext(ctx, permuteArgs(app, args))
 	if errors.Is(err, nsexec.ErrNeedSubIDNS) {
@@ -84,7 +96,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("%w (%v)", eerr, err)
 		}
 	}
-	return e.report(err)
+	code := e.report(err)
+	// Interrupted: exit 128+signal, as shells and git do (130 for SIGINT),
+	// unless the command's own status is the answer (exec, run).
+	var xc *exitCode
+	if s, ok := caught.Load().(syscall.Signal); ok && err != nil && !errors.As(err, &xc) {
+		code = 128 + int(s)
+	}
+	return code
 }
 
 func newApp(e *env) *cli.App {
