@@ -50,3 +50,33 @@ func TestCLIInterruptExit130(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIUnwritableHome: a --home the user cannot write says "permission
+// denied: DIR" and what to do, not SQLite's "unable to open database file
+// (14)" (issue 19). As root, strata runs as nobody against a root-owned
+// directory.
+func TestCLIUnwritableHome(t *testing.T) {
+	tmp := t.TempDir()
+	os.Chmod(tmp, 0o755)
+	os.Chmod(filepath.Dir(tmp), 0o755) // nobody must reach dir
+	dir := filepath.Join(tmp, "ro")
+	os.Mkdir(dir, 0o755)
+	if os.Getuid() != 0 {
+		os.Chmod(dir, 0o555)
+		defer os.Chmod(dir, 0o755)
+	}
+	for _, args := range [][]string{{"init"}, {"ws", "create", "x"}, {"import", t.TempDir()}} {
+		for _, home := range []string{dir, filepath.Join(dir, "sub")} {
+			cmd := exec.Command(bin(t), append([]string{"--home", home}, args...)...)
+			if os.Getuid() == 0 {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			}
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 || !bytes.Contains(out, []byte("permission denied: "+dir+":")) ||
+				!bytes.Contains(out, []byte("--home DIR")) || bytes.Contains(out, []byte("unable to open database")) {
+				t.Errorf("--home %s %v: %v: %s", home, args, err, out)
+			}
+		}
+	}
+}

@@ -9,12 +9,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/stratafs/strata"
@@ -301,7 +306,55 @@ func (e *env) warn(path, msg string) {
 
 // open opens the store named by --home.
 func (e *env) open(opts strata.OpenOptions) (*strata.Repo, error) {
+	if !opts.ReadOnly {
+		if err := checkWritable(e.home); err != nil {
+			return nil, err
+		}
+	}
 	return strata.Open(e.home, opts)
+}
+
+// checkWritable says "permission denied: DIR" and what to do when the
+// store directory (or, when it does not exist yet, the directory it would
+// be created in) is not writable by this user: SQLite's own answer is
+// "unable to open database file (14)".
+func checkWritable(home string) error {
+	dir := home
+	for {
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
+			break
+		}
+		dir = filepath.Dir(dir)
+	}
+	err := unix.Access(dir, unix.W_OK)
+	if !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EPERM) {
+		return nil
+	}
+	owner := "its owner"
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil {
+		owner = userName(st.Uid)
+	}
+	what := "the store directory"
+	if dir != home {
+		what = "the directory the store would be created in"
+	}
+	return &permissionError{fmt.Sprintf("permission denied: %s: %s is not writable by %s; it belongs to %s.\n  Use --home DIR (or $STRATA_HOME) for a store of your own, or have it made writable for you.",
+		dir, what, userName(uint32(os.Getuid())), owner)}
+}
+
+// permissionError is an os.ErrPermission whose message says it all.
+type permissionError struct{ msg string }
+
+func (e *permissionError) Error() string        { return e.msg }
+func (e *permissionError) Is(target error) bool { return target == os.ErrPermission }
+
+// userName is "alice (uid 1000)", or "uid 1000" for an id without a name.
+func userName(uid uint32) string {
+	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+		return fmt.Sprintf("%s (uid %d)", u.Username, uid)
+	}
+	return fmt.Sprintf("uid %d", uid)
 }
 
 // extraCommands are hidden commands of builds that carry them (man.go:

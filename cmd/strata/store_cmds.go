@@ -33,6 +33,9 @@ func storeCommands(e *env) []*cli.Command {
 				if c.NArg() > 0 {
 					return usagef("init takes no arguments")
 				}
+				if err := checkWritable(e.home); err != nil {
+					return err
+				}
 				r, err := strata.Init(e.home)
 				if err != nil {
 					return err
