@@ -239,6 +239,9 @@ type ApplyResult struct {
 	To      store.ID           `json:"to"`
 	Dir     string             `json:"dir"`
 	Written []snapshot.Written `json:"written"`
+	// Workspace names the workspace whose change (uncommitted included)
+	// was applied; From and To are then its fork and its base.
+	Workspace string `json:"workspace,omitempty"`
 	// Stripped lists the setuid/setgid bits and device nodes of the
 	// change that were not written (unless ApplyOptions.KeepSpecial).
 	Stripped []snapshot.Stripped `json:"stripped,omitempty"`
@@ -271,6 +274,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 		return nil, err
 	}
 	var fromTree, toTree, fromID, toID store.ID
+	var wsName string
 	switch a, b, ok := strings.Cut(arg, ".."); {
 	case ok:
 		if fromTree, fromID, err = r.commitTree(ctx, a); err != nil {
@@ -298,7 +302,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 				if fromTree, fromID, err = r.commitTree(ctx, fork.String()); err != nil {
 					return nil, err
 				}
-				toTree, toID = wt.tree, wt.w.Base
+				toTree, toID, wsName = wt.tree, wt.w.Base, arg
 				break
 			}
 		}
@@ -347,7 +351,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	return &ApplyResult{From: fromID, To: toID, Dir: dir, Written: res.Written, Stripped: stripped}, nil
+	return &ApplyResult{From: fromID, To: toID, Dir: dir, Written: res.Written, Stripped: stripped, Workspace: wsName}, nil
 }
 
 // forkPoint is where ref's change starts: for a branch made for a

@@ -4,10 +4,12 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,5 +80,43 @@ func TestCLIUnwritableHome(t *testing.T) {
 				t.Errorf("--home %s %v: %v: %s", home, args, err, out)
 			}
 		}
+	}
+}
+
+// TestCLIAnswers: answers that read wrong before issue 19 — plurals
+// ("read 1 files"), apply of a workspace printing base..base, promote of a
+// workspace whose changes are all uncommitted saying only "up-to-date",
+// run --json leaving out policy_violations when empty.
+func TestCLIAnswers(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "one")
+	cliWrite(t, src, map[string]string{"only.txt": "1\n"})
+	r := h.ok("import", src, "--no-stat-cache")
+	if !strings.Contains(r.stdout, "(1 file, 0 dirs, 0 other,") || !strings.Contains(r.stdout, "read 1 file,") {
+		t.Errorf("import of one file: %q", r.stdout)
+	}
+	h.ok("ws", "create", "w")
+	h.ok("exec", "w", "--", "sh", "-c", "echo 2 > only.txt")
+	r = h.ok("promote", "w")
+	if !strings.Contains(r.stdout, "(up-to-date)") || !strings.Contains(r.stdout, "uncommitted changes") || !strings.Contains(r.stdout, "strata commit w") {
+		t.Errorf("promote with only uncommitted changes: %q", r.stdout)
+	}
+	target := t.TempDir()
+	h.ok("export", "main", filepath.Join(target, "p"))
+	r = h.ok("apply", "w", "--to", filepath.Join(target, "p"))
+	base := cliHead(h, "main")[:12]
+	if want := "applied workspace w's change since " + base + " (uncommitted included) to " + filepath.Join(target, "p") + ": 1 path\n"; !strings.HasSuffix(r.stdout, want) {
+		t.Errorf("apply w: %q, want suffix %q", r.stdout, want)
+	}
+	r = h.ok("--json", "run", "--", "true")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		t.Fatalf("run --json: %v: %q", err, r.stdout)
+	}
+	if vs, ok := m["policy_violations"].([]any); !ok || len(vs) != 0 {
+		t.Errorf("run --json: policy_violations = %#v, want []", m["policy_violations"])
+	}
+	if _, ok := m["signal"]; !ok {
+		t.Errorf("run --json: no signal field: %v", m)
 	}
 }

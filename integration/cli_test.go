@@ -263,7 +263,7 @@ func TestCLIQuiet(t *testing.T) {
 		if cliStderr(r.stderr) != "" {
 			t.Errorf("%v: stderr not empty:\n%s", args, r.stderr)
 		}
-		want := regexp.MustCompile(`^imported ` + regexp.QuoteMeta(src) + ` -> quiet\d? [0-9a-f]{12} \(2 files, 1 dirs, 0 other, 4 B\)\n$`)
+		want := regexp.MustCompile(`^imported ` + regexp.QuoteMeta(src) + ` -> quiet\d? [0-9a-f]{12} \(2 files, 1 dir, 0 other, 4 B\)\n$`)
 		if !want.MatchString(r.stdout) {
 			t.Errorf("%v: want only the result line, got:\n%q", args, r.stdout)
 		}
@@ -280,7 +280,7 @@ func TestCLIQuiet(t *testing.T) {
 
 	// run prints its summary on stderr, unless --quiet.
 	r = h.ok("run", "--from", "loud", "--", "sh", "-c", "echo out; echo err >&2")
-	if r.stdout != "out\n" || !strings.HasPrefix(cliStderr(r.stderr), "err\nstrata: run ") || !strings.Contains(r.stderr, ": exit 0; 0 files changed (+0 -0); discarded in ") {
+	if r.stdout != "out\n" || !strings.HasPrefix(cliStderr(r.stderr), "err\nstrata: run ") || !strings.Contains(r.stderr, ": exit 0; 0 files changed (+0 -0); discarded; ") || !strings.Contains(r.stderr, " in all\n") {
 		t.Errorf("run without --quiet: %s", r)
 	}
 	r = h.ok("--quiet", "run", "--from", "loud", "--", "sh", "-c", "echo out; echo err >&2")

@@ -95,8 +95,8 @@ func changeCommands(e *env) []*cli.Command {
 						fmt.Fprintf(w, "nothing to commit: workspace %s is at %s\n", res.Workspace, res.Commit.Short())
 						return
 					}
-					fmt.Fprintf(w, "committed %s on %s: %d changed paths, %d new objects (%s) in %s\n", res.Commit.Short(), res.Branch,
-						res.Changed, res.NewObjects, ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Microsecond))
+					fmt.Fprintf(w, "committed %s on %s: %s, %s (%s) in %s\n", res.Commit.Short(), res.Branch,
+						count(res.Changed, "changed path", "changed paths"), count(res.NewObjects, "new object", "new objects"), ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Microsecond))
 				})
 			},
 		},
@@ -143,8 +143,23 @@ func changeCommands(e *env) []*cli.Command {
 				if err != nil {
 					return err
 				}
+				var pending int64 // a workspace's uncommitted bytes
+				if res.How == "up-to-date" {
+					wss, _ := r.Workspaces(c.Context)
+					for _, w := range wss {
+						if w.Name == c.Args().First() {
+							pending = w.Changes
+						}
+					}
+				}
 				return e.out(res, func(w io.Writer) {
 					fmt.Fprintf(w, "promoted %s into %s (%s): %s\n", res.From, res.Into, res.How, res.Commit.Short())
+					if pending > 0 {
+						// Promote merges commits; uncommitted changes are
+						// not in any.
+						fmt.Fprintf(w, "  workspace %s has uncommitted changes (%s), which promote does not carry: `strata commit %s -m MSG` first\n",
+							c.Args().First(), ibytes(pending), c.Args().First())
+					}
 				})
 			},
 		},
@@ -177,7 +192,13 @@ func changeCommands(e *env) []*cli.Command {
 				for _, w := range res.Written {
 					fmt.Fprintf(e.stdout, "%s\t%s\n", w.Op, quotePath(w.Path))
 				}
-				fmt.Fprintf(e.stdout, "applied %s..%s to %s: %d paths\n", res.From.Short(), res.To.Short(), res.Dir, len(res.Written))
+				what := res.From.Short() + ".." + res.To.Short()
+				if res.Workspace != "" {
+					// base..base would read as "nothing"; the change is the
+					// workspace's, uncommitted included.
+					what = "workspace " + res.Workspace + "'s change since " + res.From.Short() + " (uncommitted included)"
+				}
+				fmt.Fprintf(e.stdout, "applied %s to %s: %s\n", what, res.Dir, count(len(res.Written), "path", "paths"))
 				return nil
 			},
 		},
@@ -204,7 +225,7 @@ func changeCommands(e *env) []*cli.Command {
 					return err
 				}
 				return e.out(res, func(w io.Writer) {
-					fmt.Fprintf(w, "branch %s of %s: commit %s on %s (%d paths)\n", res.Branch, res.Repo, res.Commit[:12], res.Parent[:12], res.Files)
+					fmt.Fprintf(w, "branch %s of %s: commit %s on %s (%s)\n", res.Branch, res.Repo, res.Commit[:12], res.Parent[:12], count(res.Files, "path", "paths"))
 				})
 			},
 		},

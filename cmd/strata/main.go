@@ -264,7 +264,7 @@ func explain(err error) string {
 }
 
 // count is "1 file", "2 files".
-func count(n int, one, many string) string {
+func count[N int | int64](n N, one, many string) string {
 	if n == 1 {
 		return fmt.Sprintf("%d %s", n, one)
 	}

@@ -108,8 +108,9 @@ func runCommand(e *env) *cli.Command {
 				if res.TimedOut {
 					status = "timed out"
 				}
-				fmt.Fprintf(os.Stderr, "strata: run %s: %s; %d files changed (+%d -%d); %s in %s\n", res.ID, status,
-					res.Diff.Files, res.Diff.Added, res.Diff.Deleted, what, time.Duration(res.Durations["total"]).Round(time.Millisecond))
+				// The time is the run's whole, not the discard's.
+				fmt.Fprintf(os.Stderr, "strata: run %s: %s; %s changed (+%d -%d); %s; %s in all\n", res.ID, status,
+					count(res.Diff.Files, "file", "files"), res.Diff.Added, res.Diff.Deleted, what, time.Duration(res.Durations["total"]).Round(time.Millisecond))
 			}); err != nil {
 				return err
 			}

@@ -117,11 +117,11 @@ func storeCommands(e *env) []*cli.Command {
 					if res.Unchanged {
 						verb = "unchanged"
 					}
-					fmt.Fprintf(w, "%s %s -> %s %s (%d files, %d dirs, %d other, %s)\n",
-						verb, res.Source, res.Branch, res.Commit.Short(), res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes))
+					fmt.Fprintf(w, "%s %s -> %s %s (%s)\n",
+						verb, res.Source, res.Branch, res.Commit.Short(), statsText(res.Stats))
 					if !e.quiet {
-						fmt.Fprintf(w, "  read %d files, %d unchanged from the stat cache; stored %d new objects (%s) in %s\n",
-							res.FilesRead, res.CacheHits, res.NewObjects, ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Millisecond))
+						fmt.Fprintf(w, "  read %s, %d unchanged from the stat cache; stored %s (%s) in %s\n",
+							count(res.FilesRead, "file", "files"), res.CacheHits, count(res.NewObjects, "new object", "new objects"), ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Millisecond))
 					}
 				})
 			},
@@ -218,8 +218,8 @@ func storeCommands(e *env) []*cli.Command {
 				}
 				e.reportStripped(res.Stripped)
 				return e.out(res, func(w io.Writer) {
-					fmt.Fprintf(w, "exported %s -> %s (%d files, %d dirs, %d other, %s) in %s\n", res.Commit.Short(), res.Dir,
-						res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes), time.Since(start).Round(time.Millisecond))
+					fmt.Fprintf(w, "exported %s -> %s (%s) in %s\n", res.Commit.Short(), res.Dir,
+						statsText(res.Stats), time.Since(start).Round(time.Millisecond))
 				})
 			},
 		},
@@ -304,15 +304,15 @@ func storeCommands(e *env) []*cli.Command {
 						}
 					}
 					if rep.OK() {
-						fmt.Fprintf(w, "fsck: %d objects, %d refs: ok\n", rep.Objects, rep.Refs)
+						fmt.Fprintf(w, "fsck: %s, %s: ok\n", count(rep.Objects, "object", "objects"), count(rep.Refs, "ref", "refs"))
 					} else {
-						fmt.Fprintf(w, "fsck: %d objects, %d refs: %d problems\n", rep.Objects, rep.Refs, len(rep.Problems))
+						fmt.Fprintf(w, "fsck: %s, %s: %s\n", count(rep.Objects, "object", "objects"), count(rep.Refs, "ref", "refs"), count(len(rep.Problems), "problem", "problems"))
 					}
 				}); err != nil {
 					return err
 				}
 				if !rep.OK() {
-					return &exitCode{code: exitError, err: fmt.Errorf("fsck: the store is damaged (%d problems)", len(rep.Problems))}
+					return &exitCode{code: exitError, err: fmt.Errorf("fsck: the store is damaged (%s)", count(len(rep.Problems), "problem", "problems"))}
 				}
 				return nil
 			},
@@ -418,7 +418,7 @@ func printCommit(w io.Writer, le strata.LogEntry) {
 		fmt.Fprintf(w, "source %s\n", le.Source)
 	}
 	fmt.Fprintf(w, "date   %s\n", time.Unix(0, le.TimeNs).Format(time.RFC3339Nano))
-	fmt.Fprintf(w, "stats  %d files, %d dirs, %d other, %s\n\n", le.Stats.Files, le.Stats.Dirs, le.Stats.Other, ibytes(le.Stats.Bytes))
+	fmt.Fprintf(w, "stats  %s\n\n", statsText(le.Stats))
 	for _, line := range strings.Split(le.Message, "\n") {
 		fmt.Fprintf(w, "    %s\n", line)
 	}
@@ -482,6 +482,11 @@ func ibytes(n int64) string {
 // readOnlyFS reports whether home cannot be written by this process (a
 // read-only filesystem or permissions), so that read-only commands still
 // work there.
+// statsText is "1 file, 2 dirs, 0 other, 4.0 KiB".
+func statsText(s store.CommitStats) string {
+	return fmt.Sprintf("%s, %s, %d other, %s", count(s.Files, "file", "files"), count(s.Dirs, "dir", "dirs"), s.Other, ibytes(s.Bytes))
+}
+
 func readOnlyFS(home string) bool {
 	err := unix.Access(home, unix.W_OK)
 	return errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES)
@@ -503,11 +508,11 @@ func (e *env) importGit(c *cli.Context, repo string) error {
 		return err
 	}
 	return e.out(res, func(w io.Writer) {
-		fmt.Fprintf(w, "imported git %s -> %s %s (%d files, %d dirs, %d other, %s)\n",
-			res.Source, res.Branch, res.Commit.Short(), res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes))
+		fmt.Fprintf(w, "imported git %s -> %s %s (%s)\n",
+			res.Source, res.Branch, res.Commit.Short(), statsText(res.Stats))
 		if !e.quiet {
-			fmt.Fprintf(w, "  read %d blobs, %d from the blob cache; stored %d new objects (%s) in %s\n",
-				res.FilesRead, res.CacheHits, res.NewObjects, ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Millisecond))
+			fmt.Fprintf(w, "  read %s, %d from the blob cache; stored %s (%s) in %s\n",
+				count(res.FilesRead, "blob", "blobs"), res.CacheHits, count(res.NewObjects, "new object", "new objects"), ibytes(res.NewBytes), time.Duration(res.DurationNs).Round(time.Millisecond))
 		}
 	})
 }
