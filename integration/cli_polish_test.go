@@ -120,3 +120,29 @@ func TestCLIAnswers(t *testing.T) {
 		t.Errorf("run --json: no signal field: %v", m)
 	}
 }
+
+// TestCLIConflictPathsJSON: with --json, a merge conflict's paths are a
+// field of the error object, not only part of its message (issue 19).
+func TestCLIConflictPathsJSON(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "p")
+	cliWrite(t, src, map[string]string{"f.txt": "base\n"})
+	h.ok("import", src)
+	for _, w := range []string{"a", "b"} {
+		h.ok("ws", "create", w)
+		h.ok("exec", w, "--", "sh", "-c", "echo "+w+" > f.txt")
+		h.ok("commit", w, "-m", w)
+	}
+	h.ok("promote", "a")
+	r := h.fails(3, "--json", "promote", "b")
+	var m struct {
+		Kind      string `json:"kind"`
+		Conflicts []struct {
+			Path   string `json:"path"`
+			Reason string `json:"reason"`
+		} `json:"conflicts"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stderr)), &m); err != nil || m.Kind != "conflict" || len(m.Conflicts) != 1 || m.Conflicts[0].Path != "f.txt" || m.Conflicts[0].Reason == "" {
+		t.Errorf("promote b --json: %+v (%v), stderr %q", m, err, r.stderr)
+	}
+}

@@ -210,7 +210,20 @@ func (e *env) report(err error) int {
 
 func (e *env) printError(err error, kind string) {
 	if e.json {
-		b, _ := json.Marshal(map[string]string{"error": err.Error(), "kind": kind})
+		m := map[string]any{"error": err.Error(), "kind": kind}
+		// The paths in the message, as data too.
+		var ce *strata.ConflictError
+		var ae *strata.ApplyRefusedError
+		var pe *strata.PolicyError
+		switch {
+		case errors.As(err, &ce):
+			m["conflicts"] = ce.Conflicts
+		case errors.As(err, &ae):
+			m["conflicts"] = ae.Refused
+		case errors.As(err, &pe):
+			m["policy_violations"] = pe.Violations
+		}
+		b, _ := json.Marshal(m)
 		fmt.Fprintf(e.stderr, "%s\n", b)
 		return
 	}
