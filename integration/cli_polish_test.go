@@ -146,3 +146,23 @@ func TestCLIConflictPathsJSON(t *testing.T) {
 		t.Errorf("promote b --json: %+v (%v), stderr %q", m, err, r.stderr)
 	}
 }
+
+// TestCLIDoctorLayout: every check's label is followed by at least two
+// spaces before its detail; "user xattrs on the store's filesystem" ran
+// into it (issue 19).
+func TestCLIDoctorLayout(t *testing.T) {
+	h := newHome(t)
+	js := h.run("--json", "doctor").stdout
+	var rep struct {
+		Checks []struct{ Name, Detail string } `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Checks) == 0 {
+		t.Fatalf("doctor --json: %v: %.200q", err, js)
+	}
+	text := h.run("doctor").stdout
+	for _, ch := range rep.Checks {
+		if !strings.Contains(text, "] "+ch.Name+"  ") {
+			t.Errorf("doctor: label %q runs into its detail:\n%s", ch.Name, text)
+		}
+	}
+}

@@ -197,3 +197,4 @@ func TestBatchValidatesAllFirst(t *testing.T) {
 		t.Errorf("the good job ran")
 	}
 }
+

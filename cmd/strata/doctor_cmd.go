@@ -24,6 +24,12 @@ func doctorCommand(e *env) *cli.Command {
 					who = "root"
 				}
 				fmt.Fprintf(w, "kernel %s, running as %s\n", rep.Kernel, who)
+				// The detail column starts after the longest label, so no
+				// label runs into its detail.
+				width := 0
+				for _, ch := range rep.Checks {
+					width = max(width, len(ch.Name))
+				}
 				for _, ch := range rep.Checks {
 					mark := "ok  "
 					if !ch.OK {
@@ -32,9 +38,9 @@ func doctorCommand(e *env) *cli.Command {
 							mark = "opt "
 						}
 					}
-					fmt.Fprintf(w, "[%s] %-36s %s\n", mark, ch.Name, ch.Detail)
+					fmt.Fprintf(w, "[%s] %-*s  %s\n", mark, width, ch.Name, ch.Detail)
 					if !ch.OK && ch.Disables != "" {
-						fmt.Fprintf(w, "       %-36s disables: %s\n", "", ch.Disables)
+						fmt.Fprintf(w, "       %-*s  disables: %s\n", width, "", ch.Disables)
 					}
 				}
 				for _, sb := range rep.Sandbox {
@@ -47,8 +53,12 @@ func doctorCommand(e *env) *cli.Command {
 					}
 				}
 				fmt.Fprintf(w, "\nwhat --sandbox agent and strict commands see (the view; add to it with --ro/--rw, or strata init --ro/--rw for every command):\n")
+				pw := 0
 				for _, v := range rep.View {
-					fmt.Fprintf(w, "  %-28s %-10s %s\n", v.Path, v.Access, v.What)
+					pw = max(pw, len(v.Path))
+				}
+				for _, v := range rep.View {
+					fmt.Fprintf(w, "  %-*s  %-10s %s\n", pw, v.Path, v.Access, v.What)
 				}
 			}); err != nil {
 				return err
