@@ -245,8 +245,8 @@ func checkJobs(file string, jobs []Job, opts BatchOptions) error {
 	if len(bad) == 0 {
 		return nil
 	}
-	return invalidf("batch %s: %d of %d %s invalid; no job was run:\n  %s",
-		file, len(bad), len(jobs), plural(len(jobs), "job is", "jobs are"), strings.Join(bad, "\n  "))
+	return invalidf("batch %s: %d of %d %s %s invalid; no job was run:\n  %s",
+		file, len(bad), len(jobs), plural(len(jobs), "job", "jobs"), plural(len(bad), "is", "are"), strings.Join(bad, "\n  "))
 }
 
 // checkSandboxNames checks a job's sandbox and net names (the rest of the

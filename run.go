@@ -67,6 +67,12 @@ func (opts RunOptions) check() error {
 	if opts.Keep && opts.CommitBranch != "" {
 		return invalidf("run: --keep and --commit exclude each other")
 	}
+	// An empty patch is refused like a garbage one (which has no file
+	// changes either): running the tests on the unpatched tree would
+	// report on a change that is not there.
+	if opts.PatchName != "" && len(bytes.TrimSpace(opts.PatchData)) == 0 {
+		return invalidf("patch %s is empty: nothing to apply (leave out the patch to run on REF as it is)", opts.PatchName)
+	}
 	if opts.CommitBranch != "" {
 		if err := store.ValidateBranchName(opts.CommitBranch); err != nil {
 			return err

@@ -107,6 +107,11 @@ func ValidateWorkspaceName(name string) error {
 	if !ok || strings.HasSuffix(name, ".lock") || strings.Contains(name, "..") {
 		return fmt.Errorf("workspace name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit: %w", name, ErrInvalidName)
 	}
+	// `diff main`, `apply HEAD`: these always name the ref, never a
+	// workspace (other names: a workspace wins over a branch).
+	if name == DefaultBranch || name == "HEAD" {
+		return fmt.Errorf("workspace name %q is reserved: it reads as a ref (`strata diff %s`); pick another: %w", name, name, ErrInvalidName)
+	}
 	return nil
 }
 

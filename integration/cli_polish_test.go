@@ -166,3 +166,33 @@ func TestCLIDoctorLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIRefusedInput: input that was accepted silently before issue 19 is
+// refused with exit 2 and a message that names it: --ro of a missing
+// path, an empty patch (as a garbage one is), workspaces named main or
+// HEAD (`diff main` always means the branch).
+func TestCLIRefusedInput(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "p")
+	cliWrite(t, src, map[string]string{"f.txt": "base\n"})
+	h.ok("import", src)
+	empty := filepath.Join(t.TempDir(), "empty.diff")
+	os.WriteFile(empty, []byte("\n"), 0o644)
+	jobs := filepath.Join(t.TempDir(), "jobs.jsonl")
+	os.WriteFile(jobs, []byte(`{"id": "e", "patch": "`+empty+`", "cmd": "true"}`+"\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--ro", "/nonexistent", "--", "true"}, "--ro /nonexistent: no such file or directory"},
+		{[]string{"run", "--patch", empty, "--", "true"}, "patch " + empty + " is empty"},
+		{[]string{"batch", jobs}, "1 of 1 job is invalid; no job was run:\n  job e: patch " + empty + " is empty"},
+		{[]string{"ws", "create", "main"}, `workspace name "main" is reserved`},
+		{[]string{"ws", "create", "HEAD"}, `workspace name "HEAD" is reserved`},
+	} {
+		r := h.fails(2, tc.args...)
+		if !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: stderr %q, want %q", tc.args, r.stderr, tc.want)
+		}
+	}
+}
