@@ -197,4 +197,3 @@ func TestBatchValidatesAllFirst(t *testing.T) {
 		t.Errorf("the good job ran")
 	}
 }
-
