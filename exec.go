@@ -7,9 +7,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -65,6 +68,9 @@ type ExitStatus = nsexec.ExitStatus
 // Exec runs a command in a workspace, starting its keeper if needed, and
 // returns the command's exit status. Errors are strata's own (exit 125).
 func (r *Repo) Exec(ctx context.Context, name string, opts ExecOptions) (ExitStatus, error) {
+	if err := r.checkOwner(name); err != nil {
+		return ExitStatus{}, err
+	}
 	k, err := r.keeper(ctx, name)
 	if err != nil {
 		return ExitStatus{}, err
@@ -78,6 +84,31 @@ func (r *Repo) Exec(ctx context.Context, name string, opts ExecOptions) (ExitSta
 		hintNotFound(st, cmd, k.Target, opts.Sandbox.Warn)
 	}
 	return st, err
+}
+
+// checkOwner refuses root's commands in another user's workspace before
+// anything starts: its keeper lives in that user's namespaces, where root
+// is nobody (the keeper would answer "uid 65534 may not run commands"),
+// and a keeper root started would leave root's files in the user's store.
+func (r *Repo) checkOwner(name string) error {
+	if os.Geteuid() != 0 {
+		return nil // another user's store is not readable or not theirs to us
+	}
+	fi, err := os.Stat(r.wsDir(name))
+	if err != nil {
+		return nil // no such workspace: keeper() says so
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nil
+	}
+	owner := fmt.Sprintf("uid %d", st.Uid)
+	as := owner
+	if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil {
+		owner, as = fmt.Sprintf("%s (uid %d)", u.Username, st.Uid), u.Username
+	}
+	return fmt.Errorf("workspace %s belongs to %s: its processes run in that user's namespaces, which root cannot enter; run the command as its owner (sudo -u %s strata --home %s exec %s ...): %w",
+		name, owner, as, r.home, name, os.ErrPermission)
 }
 
 // hintNotFound says, when a sandboxed command was not found (127) and

@@ -27,6 +27,9 @@ func (r *Repo) Shell(ctx context.Context, name string, opts ExecOptions) (ExitSt
 	if in == nil || !term.IsTerminal(int(in.Fd())) {
 		return r.Exec(ctx, name, opts)
 	}
+	if err := r.checkOwner(name); err != nil {
+		return ExitStatus{}, err
+	}
 	// The keeper first: until it runs, nothing may touch the terminal (a
 	// --subids workspace fails here, and the CLI starts over in the
 	// subordinate-id namespace, which must find the terminal untouched).

@@ -8,11 +8,14 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stratafs/strata/internal/testutil"
 )
 
 // TestCLIInterruptExit130: SIGINT ends strata with 130 and SIGTERM with
@@ -194,5 +197,43 @@ func TestCLIRefusedInput(t *testing.T) {
 		if !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: stderr %q, want %q", tc.args, r.stderr, tc.want)
 		}
+	}
+}
+
+// TestCLIRootExecOtherUser: root's exec into another user's workspace
+// names the owner and how to run as them, before anything starts (issue
+// 19: the keeper answered "uid 65534 may not run commands").
+func TestCLIRootExecOtherUser(t *testing.T) {
+	testutil.AsRoot(t)
+	dir, err := os.MkdirTemp("/var/tmp", "strata-it-owner-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	src, hdir := filepath.Join(dir, "src"), filepath.Join(dir, "home")
+	cliWrite(t, src, map[string]string{"f.txt": "x\n"})
+	for _, p := range []string{dir, src, filepath.Join(src, "f.txt")} {
+		os.Chown(p, 65534, 65534)
+	}
+	as := func(args ...string) {
+		cmd := exec.Command(bin(t), append([]string{"--home", hdir}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("as nobody: strata %v: %v: %s", args, err, out)
+		}
+	}
+	as("import", src)
+	as("ws", "create", "w")
+	h := &home{t: t, dir: hdir}
+	r := h.fails(125, "exec", "w", "--", "true")
+	owner := "uid 65534"
+	if u, err := user.LookupId("65534"); err == nil {
+		owner = u.Username + " (uid 65534)"
+	}
+	if !strings.Contains(r.stderr, "workspace w belongs to "+owner) || !strings.Contains(r.stderr, "sudo -u ") {
+		t.Errorf("root exec into nobody's workspace: %q", r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(hdir, "workspaces", "w", "keeper.sock")); err == nil {
+		t.Errorf("root started a keeper in nobody's workspace")
 	}
 }
