@@ -237,3 +237,27 @@ func TestCLIRootExecOtherUser(t *testing.T) {
 		t.Errorf("root started a keeper in nobody's workspace")
 	}
 }
+
+// TestCLIImportGitUntrackedIgnore: import --git obeys git's own ignore
+// rules: an untracked .gitignore ignores .venv (as `git check-ignore`
+// confirms), so .venv comes along; a --with-ignored glob that matches
+// nothing is warned about (issue 19: .venv was left out, silently).
+func TestCLIImportGitUntrackedIgnore(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "repo")
+	sh(t, "", `set -e
+mkdir -p `+repo+` && cd `+repo+` && git init -q -b main .
+git config user.email r@example.invalid && git config user.name r
+echo 'print(1)' > app.py && git add app.py && git commit -qm one
+printf '.venv/\n' > .gitignore
+mkdir -p .venv/bin && echo '#!/bin/sh' > .venv/bin/python && touch .venv/pyvenv.cfg
+git check-ignore -q .venv`)
+	h := newHome(t)
+	r := h.ok("import", "--git", repo)
+	if got := h.ok("show", "main:.venv/bin/python").stdout; got != "#!/bin/sh\n" {
+		t.Errorf("import --git: .venv/bin/python = %q; stderr %q", got, r.stderr)
+	}
+	r = h.ok("import", "--git", repo, "-b", "g", "--with-ignored", "nosuch", "--with-ignored", ".venv")
+	if !strings.Contains(r.stderr, "--with-ignored nosuch: matches no directory that git ignores") || strings.Contains(r.stderr, "--with-ignored .venv") {
+		t.Errorf("--with-ignored nosuch: stderr %q", r.stderr)
+	}
+}

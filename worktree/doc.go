@@ -17,7 +17,8 @@
 //     commit's committer time and the caller's uid/gid; a gitlink
 //     (submodule) becomes an empty directory.
 //   - ignored directory: a directory of the working copy that git ignores
-//     (.gitignore files of REV, info/exclude, core.excludesfile) and REV
+//     (the working copy's .gitignore files, tracked or not, else REV's;
+//     info/exclude; core.excludesfile: what git check-ignore says) and REV
 //     does not track, such as node_modules or .venv. Those selected by
 //     SnapshotOptions.WithIgnored are imported as snapshot.Import does and
 //     grafted into the tree at their path; where REV tracks a path inside

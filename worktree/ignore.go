@@ -36,8 +36,21 @@ var AutoIgnoredDirs = []string{
 
 // selector decides which ignored directories Snapshot includes.
 type selector struct {
-	auto  bool
-	globs [][]string // each: path elements; one element = a name at any depth
+	auto    bool
+	globs   [][]string // each: path elements; one element = a name at any depth
+	raw     []string   // the globs as given
+	matched []bool     // by glob: it selected a directory
+}
+
+// unmatched lists the globs that selected nothing.
+func (s *selector) unmatched() []string {
+	var out []string
+	for i, ok := range s.matched {
+		if !ok {
+			out = append(out, s.raw[i])
+		}
+	}
+	return out
 }
 
 // newSelector compiles SnapshotOptions.WithIgnored: nil or empty means
@@ -75,6 +88,8 @@ func newSelector(with []string) (*selector, error) {
 			elems = append([]string{""}, elems...) // anchored single element
 		}
 		s.globs = append(s.globs, elems)
+		s.raw = append(s.raw, w)
+		s.matched = append(s.matched, false)
 	}
 	return s, nil
 }
@@ -86,6 +101,18 @@ func (s *selector) none() bool { return !s.auto && len(s.globs) == 0 }
 // relative to the repository) is included; abs is its path on disk.
 func (s *selector) selects(rel, abs string) bool {
 	name := path.Base(rel)
+	// Every glob that matches is marked (unmatched warns of the others),
+	// so they are tried before auto.
+	var elems []string
+	sel := false
+	for i, g := range s.globs {
+		if s.globMatches(g, rel, name, &elems) {
+			s.matched[i], sel = true, true
+		}
+	}
+	if sel {
+		return true
+	}
 	if s.auto {
 		for _, d := range AutoIgnoredDirs {
 			if name != d {
@@ -99,30 +126,25 @@ func (s *selector) selects(rel, abs string) bool {
 			}
 		}
 	}
-	var elems []string
-	for _, g := range s.globs {
-		if len(g) == 1 {
-			if ok, _ := path.Match(g[0], name); ok {
-				return true
-			}
-			continue
-		}
-		if elems == nil {
-			elems = strings.Split(rel, "/")
-		}
-		if g[0] == "" { // "/name": anchored at the top
-			if len(elems) == 1 {
-				if ok, _ := path.Match(g[1], name); ok {
-					return true
-				}
-			}
-			continue
-		}
-		if matchElems(g, elems) {
-			return true
-		}
-	}
 	return false
+}
+
+func (s *selector) globMatches(g []string, rel, name string, elems *[]string) bool {
+	if len(g) == 1 {
+		ok, _ := path.Match(g[0], name)
+		return ok
+	}
+	if *elems == nil {
+		*elems = strings.Split(rel, "/")
+	}
+	if g[0] == "" { // "/name": anchored at the top
+		if len(*elems) == 1 {
+			ok, _ := path.Match(g[1], name)
+			return ok
+		}
+		return false
+	}
+	return matchElems(g, *elems)
 }
 
 // matchElems matches path elements against glob elements, "**" matching

@@ -218,6 +218,9 @@ func snapshotRepo(ctx context.Context, s *store.Store, w *store.Writer, repoArg 
 		if err := sn.findIgnored(sel, sn.root, "", scope); err != nil {
 			return nil, err
 		}
+		for _, g := range sel.unmatched() {
+			sn.warn("", fmt.Sprintf("--with-ignored %s: matches no directory that git ignores in the working copy %s; nothing added for it", g, r.top))
+		}
 	}
 	dotgit, err := sn.dotGit(rs)
 	if err != nil {
@@ -557,14 +560,19 @@ func (sn *snapshotter) findIgnored(sel *selector, dir *tnode, rel string, sc ign
 		return err
 	}
 	elems := splitElems(rel)
-	if gi, _ := dir.kid(".gitignore"); gi != nil && gi.e.Type == store.TypeFile {
+	abs := filepath.Join(sn.r.top, filepath.FromSlash(rel))
+	// The working copy's .gitignore, tracked or not, is what git itself
+	// obeys (`git check-ignore`); REV's is the fallback when the working
+	// copy has none (a file deleted there, or a directory not checked out).
+	if b, err := readRegular(filepath.Join(abs, ".gitignore"), 16<<20); err == nil {
+		sc = sc.with(parseIgnore(b, elems), false)
+	} else if gi, _ := dir.kid(".gitignore"); gi != nil && gi.e.Type == store.TypeFile {
 		b, err := readBlob(sn.r.repo, gi.blob, 16<<20)
 		if err != nil {
 			return fmt.Errorf("%s: %w", joinRel(rel, ".gitignore"), err)
 		}
 		sc = sc.with(parseIgnore(b, elems), false)
 	}
-	abs := filepath.Join(sn.r.top, filepath.FromSlash(rel))
 	ents, err := os.ReadDir(abs)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -599,6 +607,19 @@ func (sn *snapshotter) findIgnored(sel *selector, dir *tnode, rel string, sc ign
 		}
 	}
 	return nil
+}
+
+// readRegular reads a regular file (not through a symlink) of at most
+// limit bytes.
+func readRegular(p string, limit int64) ([]byte, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > limit {
+		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", p, limit)
+	}
+	return os.ReadFile(p)
 }
 
 func splitElems(rel string) []string {
