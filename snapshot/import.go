@@ -699,7 +699,7 @@ func (im *importer) readOnce(n *node, buf *[]byte, attempt int) (stable bool, er
 		return false, &fs.PathError{Op: "listxattr", Path: filepath.Join(im.root, n.rel), Err: err}
 	}
 	n.xattrs = xs
-	r := &fdReader{fd: fd, prog: &im.prog}
+	r := &fdReader{fd: fd, prog: &im.prog, ctx: im.ctx}
 	var id store.ID
 	var size int64
 	if before.Size <= smallFileMax {
@@ -767,9 +767,17 @@ func (e *readError) Unwrap() error { return e.err }
 type fdReader struct {
 	fd   int
 	prog *progress
+	// ctx, if set, is checked before each read: an interrupt stops the
+	// import inside a large file, not after it.
+	ctx context.Context
 }
 
 func (r *fdReader) Read(p []byte) (int, error) {
+	if r.ctx != nil {
+		if err := r.ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
 	for {
 		n, err := unix.Read(r.fd, p)
 		if err == unix.EINTR {

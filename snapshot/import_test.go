@@ -449,3 +449,27 @@ func mustAbs(t testing.TB, p string) string {
 	must(t, err)
 	return a
 }
+
+// TestFdReaderInterrupted: an import's file reads stop at the next read
+// once its context is done, inside a large file rather than after it
+// (issue 19: SIGINT must stop strata within 100 ms).
+func TestFdReaderInterrupted(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big")
+	must(t, os.WriteFile(p, make([]byte, 1<<20), 0o644))
+	fd, err := unix.Open(p, unix.O_RDONLY, 0)
+	must(t, err)
+	defer unix.Close(fd)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &fdReader{fd: fd, prog: &progress{}, ctx: ctx}
+	buf := make([]byte, 64<<10)
+	if n, err := r.Read(buf); n != len(buf) || err != nil {
+		t.Fatalf("first read: %d, %v", n, err)
+	}
+	cancel()
+	if n, err := r.Read(buf); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Errorf("read after cancel: %d, %v; want 0, context.Canceled", n, err)
+	}
+	if off, _ := unix.Seek(fd, 0, 1); off != int64(len(buf)) {
+		t.Errorf("offset %d after cancel, want %d: it read on", off, len(buf))
+	}
+}
