@@ -25,6 +25,8 @@ SUPPORTED_PROTOCOL = range(5, 6)
 EXIT_TIMEOUT = 124
 #: Exit code when strata itself failed around an exec'd command.
 EXIT_STRATA = 125
+#: Exit code of strata batch when every job ran and at least one failed (docs/cli.md).
+EXIT_JOBS_FAILED = 4
 
 Command = Union[str, Sequence[str]]
 
@@ -420,7 +422,8 @@ class Store:
                                     error=r.get("error", ""), error_kind=r.get("error_kind", ""), raw=r)
                 assert p.stderr is not None
                 err = p.stderr.read().decode("utf-8", "replace")
-                if p.wait() != 0:
+                # 4: every job ran and some failed; each result says how.
+                if p.wait() not in (0, EXIT_JOBS_FAILED):
                     raise self._error(argv, p.returncode, err)
             finally:
                 if p.poll() is None:
