@@ -327,11 +327,15 @@ func (e *env) open(opts strata.OpenOptions) (*strata.Repo, error) {
 	return strata.Open(e.home, opts)
 }
 
-// checkWritable says "permission denied: DIR" and what to do when the
-// store directory (or, when it does not exist yet, the directory it would
-// be created in) is not writable by this user: SQLite's own answer is
-// "unable to open database file (14)".
+// checkWritable says "permission denied: DIR" and what to do when a store
+// is to be created where this user cannot write (the directory, or the
+// nearest existing one it would be created in): SQLite's own answer is
+// "unable to open database file (14)". An existing store that cannot be
+// written is reported by Open (ErrReadOnly: read-only commands work).
 func checkWritable(home string) error {
+	if _, err := os.Stat(filepath.Join(home, "strata.db")); err == nil {
+		return nil // an existing store: opening it says whether it is read-only
+	}
 	dir := home
 	for {
 		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
