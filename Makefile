@@ -31,7 +31,7 @@ GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
 export STRATA_CORPUS
 
 .PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
-        bench demo deps lint corpus clean crash cover
+        bench demo deps lint corpus images clean crash cover
 
 all: build
 
@@ -66,10 +66,16 @@ corpus:
 	  chmod -R a+rX "$(STRATA_CACHE)"; \
 	fi
 
+# The container images the image tests import (scripts/images.sh: a
+# Debian minbase root by mmdebstrap, layered by scripts/mkimages), cached
+# in $(STRATA_CACHE)/images keyed by the scripts' hash; built as root.
+images:
+	@STRATA_CACHE=$(STRATA_CACHE) bash scripts/images.sh
+
 # The integration tests run against the real kernel twice: as root, and as
 # an unprivileged user (STRATA_TEST_USER when make runs as root; yourself
 # otherwise, in which case the root pass is skipped with a notice).
-integration: build corpus
+integration: build corpus images
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 # The crash harness at length: 500 SIGKILLs at random instants during
