@@ -17,6 +17,7 @@ BIN := $(CURDIR)/bin
 # outside the repository, where an unprivileged test user can read it.
 STRATA_CACHE ?= /var/tmp/strata-cache
 STRATA_CORPUS ?= $(STRATA_CACHE)/corpus
+STRATA_IMAGES ?= $(STRATA_CACHE)/images
 # ../shared/corpus is the shared original; integration/corpus is a copy for
 # clones that do not sit beside it.
 CORPUS_BUILD ?= $(firstword $(wildcard $(CURDIR)/../shared/corpus/build.sh) $(CURDIR)/integration/corpus/build.sh)
@@ -28,7 +29,7 @@ LONGFUZZTIME ?= 2m
 # package init, ~0.5 ms of every strata call).
 GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
 
-export STRATA_CORPUS
+export STRATA_CORPUS STRATA_IMAGES
 
 .PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
         bench demo deps lint corpus images clean crash cover
@@ -47,7 +48,7 @@ deps:
 # and worktree import it too): on a fresh machine it is built first.
 test: build corpus unit fuzz-short integration
 
-unit: corpus
+unit: corpus images
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
