@@ -26,9 +26,9 @@ import (
 // commits, so a later import that shares a layer finds it.
 const LayerRefPrefix = "image-layers/"
 
-// configTrailer starts the line of an image commit's message that holds
+// ConfigTrailer starts the line of an image commit's message that holds
 // its Config as JSON.
-const configTrailer = "Image-Config: "
+const ConfigTrailer = "Image-Config: "
 
 // Config is what strata keeps of an image's configuration, with the
 // commit of its top layer (see Import).
@@ -53,7 +53,7 @@ type Config struct {
 // nil if it is not an image commit.
 func ConfigFromMessage(msg string) (*Config, error) {
 	for _, line := range strings.Split(msg, "\n") {
-		if rest, ok := strings.CutPrefix(line, configTrailer); ok {
+		if rest, ok := strings.CutPrefix(line, ConfigTrailer); ok {
 			var c Config
 			if err := json.Unmarshal([]byte(rest), &c); err != nil {
 				return nil, fmt.Errorf("image config of commit: %w", err)
@@ -224,7 +224,7 @@ func Import(ctx context.Context, s *store.Store, srcRef string, opts Options) (*
 	top := &store.Commit{
 		Tree:    belowCommit.Tree,
 		Parents: []store.ID{below},
-		Message: fmt.Sprintf("image %s\n\n%s%s\n", src, configTrailer, js),
+		Message: fmt.Sprintf("image %s\n\n%s%s", src, ConfigTrailer, js),
 		TimeNs:  time.Now().UnixNano(),
 		Source:  "image:" + src.String(),
 		Stats:   belowCommit.Stats,
