@@ -157,8 +157,12 @@ func open(ctx context.Context, src Source, o openOptions) (*opened, error) {
 		if !o.tlsVerify {
 			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // --tls-verify=false asks for it
 		}
+		var rt http.RoundTripper = t
+		if o.tlsVerify {
+			rt = httpsOnly{t}
+		}
 		img, err = remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(o.keychain),
-			remote.WithPlatform(o.platform), remote.WithTransport(t))
+			remote.WithPlatform(o.platform), remote.WithTransport(rt))
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", src, err)
 		}
@@ -289,6 +293,18 @@ func fromLayout(src Source, o openOptions) (v1.Image, *v1.Hash, error) {
 		return nil, nil, fmt.Errorf("image %s: %w", src, err)
 	}
 	return img, &d.Digest, nil
+}
+
+// httpsOnly refuses plain HTTP. go-containerregistry falls back to HTTP
+// for a loopback or private-network registry by itself; skopeo does not
+// without --tls-verify=false, and strata keeps skopeo's contract.
+type httpsOnly struct{ rt http.RoundTripper }
+
+func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("registry %s: refusing plain HTTP (%s); pass --tls-verify=false to allow it", req.URL.Host, req.URL.Redacted())
+	}
+	return h.rt.RoundTrip(req)
 }
 
 func sha256Hash(b []byte) v1.Hash {

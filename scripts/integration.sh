@@ -24,6 +24,8 @@ cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
 chmod 755 "$tmp/integration.test" "$tmp/strata"
 export STRATA_BIN="$tmp/strata"
 export GOTRACEBACK=all
+# The container images of the image tests (make images builds them).
+export STRATA_IMAGES=${STRATA_IMAGES:-${STRATA_CACHE:-/var/tmp/strata-cache}/images}
 timeout=${IT_TIMEOUT:-12m}
 pass() { # pass LABEL CMD...
   local label=$1; shift

@@ -26,6 +26,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -208,7 +209,7 @@ func main() {
 			log.Fatal(err)
 		}
 		cf = cf.DeepCopy()
-		cf.Architecture, cf.OS = "amd64", "linux"
+		cf.Architecture, cf.OS = runtime.GOARCH, "linux"
 		cf.Created = v1.Time{Time: epoch}
 		cf.Config = cfg
 		img, err = mutate.ConfigFile(img, cf)
