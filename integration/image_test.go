@@ -342,8 +342,8 @@ type node struct {
 	sum    string // regular files: sha256 of the content
 	target string // symlinks
 	rdev   uint64
-	xattrs string  // user.* name=value, sorted
-	links  string  // regular files with nlink > 1: the sorted paths of the inode
+	xattrs string // user.* name=value, sorted
+	links  string // regular files with nlink > 1: the sorted paths of the inode
 	ino    [2]uint64
 }
 
@@ -463,4 +463,3 @@ func compareTrees(t *testing.T, what string, want, got map[string]*node) {
 		t.Errorf("umoci's tree has only %d paths: not the Debian root", len(want))
 	}
 }
-
