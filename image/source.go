@@ -77,9 +77,15 @@ func ParseSource(src string) (Source, error) {
 			return Source{}, fmt.Errorf("image %q: no path after %s:", src, t)
 		}
 		s := Source{Transport: t, Ref: rest}
-		// A tag follows the last ':' unless what follows holds a '/'
-		// (then the ':' belongs to the path) or the path alone exists.
-		if i := strings.LastIndexByte(rest, ':'); i > 0 {
+		// An OCI tag follows the last ':' (a tag has none), unless what
+		// follows holds a '/' (then the ':' belongs to the path); a
+		// docker-archive's REPO:TAG follows the first. A path that exists
+		// as given has no tag.
+		i := strings.LastIndexByte(rest, ':')
+		if t == TransportDockerArchive {
+			i = strings.IndexByte(rest, ':')
+		}
+		if i > 0 {
 			if _, err := os.Stat(rest); err != nil {
 				tag := rest[i+1:]
 				if t == TransportOCI && strings.Contains(tag, "/") {
@@ -90,20 +96,15 @@ func ParseSource(src string) (Source, error) {
 		}
 		return s, nil
 	}
-	if i := strings.Index(src, ":"); i > 0 && !strings.Contains(src[:i], "/") && !strings.Contains(src[:i], ".") &&
-		src[:i] != "localhost" && !isPort(src[i+1:]) {
-		return Source{}, fmt.Errorf("image %q: unknown transport %q (docker://, oci:, docker-archive:)", src, src[:i])
+	if i := strings.Index(src, ":"); i > 0 && otherTransports[src[:i]] {
+		return Source{}, fmt.Errorf("image %q: transport %q is not supported (docker://, oci:, docker-archive:)", src, src[:i])
 	}
 	return Source{Transport: TransportDocker, Ref: src}, nil
 }
 
-// isPort reports whether s starts with digits then '/' (HOST:PORT/REPO).
-func isPort(s string) bool {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return i > 0 && i < len(s) && s[i] == '/'
+// otherTransports are skopeo's transports strata does not read.
+var otherTransports = map[string]bool{
+	"containers-storage": true, "dir": true, "docker-daemon": true, "oci-archive": true, "sif": true, "ostree": true,
 }
 
 // Platform parses OS/ARCH[/VARIANT]; empty: this machine's.
