@@ -4,6 +4,7 @@ package integration
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -19,9 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/image"
@@ -51,7 +54,7 @@ type registry struct {
 
 // startRegistry starts docker-registry on a free port with a temporary
 // config and storage; the test's cleanup stops it.
-func startRegistry(t *testing.T) *registry {
+func startRegistry(t *testing.T, extraConfig ...string) *registry {
 	t.Helper()
 	exe := testutil.LookPath(t, "docker-registry")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,7 +73,7 @@ storage:
     rootdirectory: %s
 http:
   addr: %s
-`, filepath.Join(dir, "data"), addr)), 0o644); err != nil {
+%s`, filepath.Join(dir, "data"), addr, strings.Join(extraConfig, ""))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "serve", cfg)
@@ -101,7 +104,7 @@ http:
 		resp, err := http.Get("http://" + addr + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
 				break
 			}
 		}
@@ -124,6 +127,16 @@ http:
 // REPO:latest and returns the reference.
 func (r *registry) push(t *testing.T, layoutDir, tag, repo string) string {
 	t.Helper()
+	return r.pushAuth(t, layoutDir, tag, repo, "", "")
+}
+
+// pushAuth is push with a user and password (none if user is empty).
+func (r *registry) pushAuth(t *testing.T, layoutDir, tag, repo, user, pass string) string {
+	t.Helper()
+	var opts []remote.Option
+	if user != "" {
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: user, Password: pass}))
+	}
 	p, err := layout.FromPath(layoutDir)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +161,7 @@ func (r *registry) push(t *testing.T, layoutDir, tag, repo string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := remote.Write(ref, img); err != nil {
+		if err := remote.Write(ref, img, opts...); err != nil {
 			t.Fatalf("push %s: %v", ref, err)
 		}
 		return ref.String()
@@ -334,7 +347,7 @@ func TestImageConformance(t *testing.T) {
 
 // node is what the conformance test compares of one path.
 type node struct {
-	typ    fs.FileMode
+	typ    uint32      // S_IFMT bits
 	mode   fs.FileMode // permission, setuid, setgid, sticky
 	uid    uint32
 	gid    uint32
@@ -364,7 +377,7 @@ func scanTree(t *testing.T, root string) map[string]*node {
 			return err
 		}
 		n := &node{
-			typ: fs.FileMode(st.Mode & unix.S_IFMT), mode: fs.FileMode(st.Mode & 0o7777),
+			typ: st.Mode & unix.S_IFMT, mode: fs.FileMode(st.Mode & 0o7777),
 			uid: st.Uid, gid: st.Gid, ino: [2]uint64{st.Dev, st.Ino},
 		}
 		switch st.Mode & unix.S_IFMT {
@@ -449,7 +462,7 @@ func compareTrees(t *testing.T, what string, want, got map[string]*node) {
 	}
 	for p := range got {
 		if _, ok := want[p]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: extra (%v)", p, got[p].typ))
+			diffs = append(diffs, fmt.Sprintf("%s: extra (type %#o)", p, got[p].typ))
 		}
 	}
 	sort.Strings(diffs)
@@ -461,5 +474,50 @@ func compareTrees(t *testing.T, what string, want, got map[string]*node) {
 	}
 	if len(want) < 1000 {
 		t.Errorf("umoci's tree has only %d paths: not the Debian root", len(want))
+	}
+}
+
+// TestImageRegistryAuth: a registry that wants a password (htpasswd) is
+// read with the credentials of $REGISTRY_AUTH_FILE (podman's auth.json)
+// or of the Docker config ($DOCKER_CONFIG/config.json); without them the
+// import fails and says the registry refused.
+func TestImageRegistryAuth(t *testing.T) {
+	imgs := testImages(t)
+	dir := t.TempDir()
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.DefaultCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	htpasswd := filepath.Join(dir, "htpasswd")
+	if err := os.WriteFile(htpasswd, []byte("agent:"+string(hash)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg := startRegistry(t, "auth:\n  htpasswd:\n    realm: strata-test\n    path: "+htpasswd+"\n")
+	ref := reg.pushAuth(t, filepath.Join(imgs, "oci"), "env", "private/env", "agent", "s3cret")
+	h := newHome(t)
+
+	r := h.fails(1, "import", "--image", ref, "-b", "anon", "--tls-verify=false")
+	if !strings.Contains(strings.ToLower(r.stderr), "unauthorized") {
+		t.Errorf("no credentials: want the registry's refusal, got %s", r)
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte("agent:s3cret"))
+	authFile := filepath.Join(dir, "auth.json")
+	if err := os.WriteFile(authFile, []byte(`{"auths":{"`+reg.addr+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.env = []string{"REGISTRY_AUTH_FILE=" + authFile, "DOCKER_CONFIG=" + filepath.Join(dir, "none")}
+	a := importImage(h, ref, "-b", "authfile", "--tls-verify=false")
+	docker := filepath.Join(dir, "docker")
+	if err := os.MkdirAll(docker, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(docker, "config.json"), []byte(`{"auths":{"`+reg.addr+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h2 := newHome(t)
+	h2.env = []string{"DOCKER_CONFIG=" + docker}
+	d := importImage(h2, ref, "-b", "docker", "--tls-verify=false")
+	if a.Tree != d.Tree || len(a.Layers) != 2 {
+		t.Errorf("auth.json and docker config imports differ: %s %s", a.Tree.Short(), d.Tree.Short())
 	}
 }
