@@ -138,7 +138,8 @@ func ChainIDs(diffIDs []v1.Hash) []v1.Hash {
 // its chain ID if an earlier import made it (then the layer is not
 // read), and one commit on top, with the top layer's tree and a message
 // that holds the image's Config, is set as opts.Branch by
-// compare-and-swap.
+// compare-and-swap. A branch that holds a commit other than an image
+// commit is refused (store.ErrExists) before anything is read.
 //
 // A layer commit is deterministic (its time is 0, its message names its
 // diff ID), so two stores that import one layer chain hold the same
@@ -172,11 +173,25 @@ func Import(ctx context.Context, s *store.Store, srcRef string, opts Options) (*
 	if err != nil {
 		return nil, err
 	}
+	// Decided before anything is fetched: an image commit does not
+	// continue a branch's history, so only a branch that already holds
+	// an image (an environment being updated) may move to one.
 	var parent store.ID
 	if err := s.View(ctx, func(tx *store.Tx) error {
 		id, err := tx.Ref(opts.Branch)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
 			return err
+		}
+		c, err := tx.Commit(id)
+		if err != nil {
+			return err
+		}
+		if cfg, _ := ConfigFromMessage(c.Message); cfg == nil {
+			return fmt.Errorf("branch %q holds %s, which is not an image; importing an image there would drop its history: choose another branch with -b: %w",
+				opts.Branch, id.Short(), store.ErrExists)
 		}
 		parent = id
 		return nil

@@ -223,6 +223,20 @@ func TestImageImportTransports(t *testing.T) {
 			t.Errorf("show archive: no %q in\n%s", want, text)
 		}
 	}
+	// A branch that holds a project, not an image, is not replaced.
+	proj := t.TempDir()
+	if err := os.WriteFile(filepath.Join(proj, "main.go"), []byte("package main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.ok("import", proj, "-b", "project")
+	before := h.ok("log", "project").stdout
+	r = h.fails(1, "import", "--image", "oci:"+filepath.Join(imgs, "oci")+":instance", "-b", "project")
+	if !strings.Contains(r.stderr, "not an image") {
+		t.Errorf("image onto a project branch: %s", r)
+	}
+	if after := h.ok("log", "project").stdout; after != before {
+		t.Errorf("project branch moved:\n%s\n%s", before, after)
+	}
 	// Layer refs are not branches.
 	if out := h.ok("branch", "list").stdout; strings.Contains(out, image.LayerRefPrefix) {
 		t.Errorf("branch list shows layer refs:\n%s", out)
