@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the container images the image tests read (see scripts/mkimages)
 # into $STRATA_CACHE/images, once: a Debian root filesystem made by
-# mmdebstrap (variant minbase, from the Debian archive) layered into three
+# mmdebstrap (variant minbase + python3, from the Debian archive) layered into three
 # images that share layers, as an OCI layout (oci/, tags base, env,
 # instance) and docker-archive tarballs (env.tar, instance.tar). The cache
 # is keyed by the hash of this script and of the generator: change either
@@ -25,7 +25,7 @@ echo "building the test images into $OUT (about a minute, once)"
 tmp=$(mktemp -d "$CACHE/images.new-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # Reproducible enough: one suite, the minbase package set, fixed epoch.
-SOURCE_DATE_EPOCH=1700000000 mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
+SOURCE_DATE_EPOCH=1700000000 mmdebstrap --quiet --variant=minbase --mode=root --format=tar --include=python3 \
   --dpkgopt="path-exclude=/usr/share/man/*" --dpkgopt="path-exclude=/usr/share/locale/*" \
   --dpkgopt="path-exclude=/usr/share/doc/*" \
   "$SUITE" "$tmp/rootfs.tar" "$MIRROR"
