@@ -17,8 +17,10 @@ if [ -f "$OUT/.key" ] && [ "$(cat "$OUT/.key")" = "$key" ]; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-  echo "images: $OUT is missing or stale; build it as root: sudo make images" >&2
-  exit 1
+  # Not fatal: the image tests then skip (and fail under
+  # STRATA_TEST_NO_SKIP=1, as in CI, which runs as root).
+  echo "images: $OUT is missing or stale and mmdebstrap needs root: sudo make images" >&2
+  exit 0
 fi
 command -v mmdebstrap >/dev/null || { echo "images: mmdebstrap missing: make deps" >&2; exit 1; }
 echo "building the test images into $OUT (about a minute, once)"
