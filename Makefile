@@ -80,10 +80,10 @@ integration: build corpus images
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 # The crash harness at length: 500 SIGKILLs at random instants during
-# import, commit, promote and gc, with fsck and acknowledged-commit checks
+# import, commit, promote and gc (and import --image, up to 50 kills), with fsck and acknowledged-commit checks
 # after each (make test runs 40).
 crash: build
-	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^TestCrash$$ -test.v" IT_TIMEOUT=60m \
+	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^(TestCrash|TestImageCrash)$$ -test.v" IT_TIMEOUT=60m \
 	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 # Coverage of every package from the unit tests and both integration passes
