@@ -28,25 +28,28 @@ LONGFUZZTIME ?= 2m
 # urfave_cli_no_docs drops the man-page generator (and its markdown parser's
 # package init, ~0.5 ms of every strata call).
 GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
+# `strata version` reports the commit it was built from.
+STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
-export STRATA_CORPUS STRATA_IMAGES
+export STRATA_CORPUS STRATA_CACHE STRATA_IMAGES
 
-.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
+.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test mcp-inspector \
         bench demo deps lint corpus images clean crash cover
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata ./cmd/strata
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata ./cmd/strata
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
 
 deps:
 	@bash scripts/deps.sh
 
 # The corpus comes before every test that reads it (unit tests of snapshot
 # and worktree import it too): on a fresh machine it is built first.
-test: build corpus unit fuzz-short integration
+test: build corpus unit fuzz-short integration python-test
 
 unit: corpus images
 	$(GO) vet ./...
@@ -76,8 +79,18 @@ images:
 # The integration tests run against the real kernel twice: as root, and as
 # an unprivileged user (STRATA_TEST_USER when make runs as root; yourself
 # otherwise, in which case the root pass is skipped with a notice).
-integration: build corpus images
+integration: build corpus images mcp-inspector
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+# The MCP Inspector (npm), the third-party MCP client of TestMCPInspector,
+# cached under $(STRATA_CACHE) like the corpus.
+mcp-inspector:
+	@STRATA_CACHE=$(STRATA_CACHE) bash scripts/mcp-inspector.sh
+
+# The Python SDK's pytest suite against the real binary, rootless (as
+# STRATA_TEST_USER when make runs as root).
+python-test: build
+	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/pytest.sh
 
 # The crash harness at length: 500 SIGKILLs at random instants during
 # import, commit, promote and gc (and import --image, up to 50 kills), with fsck and acknowledged-commit checks
