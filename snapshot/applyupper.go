@@ -1065,7 +1065,11 @@ func (a *applyUpperState) readOnce(f *upFile, buf *[]byte) (bool, error) {
 	r := &fdReader{fd: fd, prog: &progress{}}
 	var id store.ID
 	var size int64
-	if before.Size <= smallFileMax {
+	if ext, sparse := dataExtents(fd, &before); sparse {
+		if id, size, err = writeSparse(a.w, fd, before.Size, ext, r); err != nil {
+			return false, a.readErr(f, err)
+		}
+	} else if before.Size <= smallFileMax {
 		b, full, err := r.readSmall(buf, smallFileMax)
 		if err != nil {
 			return false, a.readErr(f, err)

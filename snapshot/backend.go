@@ -15,6 +15,7 @@ import (
 type objectWriter interface {
 	WriteContent(r io.Reader) (store.ID, int64, error)
 	WriteBytes(b []byte) (store.ID, error)
+	WriteSparse(r io.ReaderAt, size int64, data []store.Extent) (store.ID, int64, error)
 	Retain(id store.ID) (bool, error)
 	PutTree(t *store.Tree) (store.ID, error)
 	Flush() error

@@ -702,7 +702,11 @@ func (im *importer) readOnce(n *node, buf *[]byte, attempt int) (stable bool, er
 	r := &fdReader{fd: fd, prog: &im.prog}
 	var id store.ID
 	var size int64
-	if before.Size <= smallFileMax {
+	if ext, sparse := dataExtents(fd, &before); sparse {
+		if id, size, err = writeSparse(im.w, fd, before.Size, ext, r); err != nil {
+			return false, im.readErr(n, err)
+		}
+	} else if before.Size <= smallFileMax {
 		b, full, err := r.readSmall(buf, smallFileMax)
 		if err != nil {
 			return false, im.readErr(n, err)

@@ -246,7 +246,9 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 			return
 		}
 		for _, r := range n.Refs {
-			refs = append(refs, r.ID)
+			if !r.ID.IsZero() { // a hole
+				refs = append(refs, r.ID)
+			}
 		}
 		k := KindChunk
 		if n.Level > 0 {

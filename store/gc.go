@@ -403,6 +403,9 @@ func (m *marker) walk(tx *Tx, root ID) error {
 				return fmt.Errorf("file node %s: %v: %w; run strata fsck", id.Short(), err, ErrCorrupt)
 			}
 			for _, r := range n.Refs {
+				if r.ID.IsZero() {
+					continue // a hole
+				}
 				if n.Level == 0 {
 					// Chunks: mark without a lookup. Marking an id that
 					// does not exist has no effect.

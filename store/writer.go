@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -752,6 +753,7 @@ var contentWorkers = 0
 // chunkJob is one chunk on its way through the workers of writeLarge.
 type chunkJob struct {
 	data []byte
+	hole int64 // a hole of this many bytes instead of data
 	id   ID
 	err  error
 	done chan struct{}
@@ -761,6 +763,17 @@ type chunkJob struct {
 // compresses them on up to GOMAXPROCS workers, and feeds their ids in
 // order to a fileBuilder.
 func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
+	return w.buildContent(func(emit func(chunk []byte, hole int64) bool) (int64, error) {
+		return w.cutAll(r, w.cdc, func(chunk []byte) bool { return emit(chunk, 0) })
+	})
+}
+
+// buildContent runs produce on the calling goroutine; produce calls emit
+// with each chunk (or, with a nil chunk, each hole of that many bytes) in
+// order and returns the number of bytes it read. Chunks are hashed and
+// compressed on up to GOMAXPROCS workers and their ids fed in order to a
+// fileBuilder.
+func (w *Writer) buildContent(produce func(emit func(chunk []byte, hole int64) bool) (int64, error)) (ID, int64, error) {
 	workers := runtime.GOMAXPROCS(0)
 	if contentWorkers > 0 {
 		workers = contentWorkers
@@ -798,7 +811,11 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 				err = j.err
 			}
 			if err == nil && j.err == nil && !failed.Load() {
-				err = b.add(0, ChunkRef{ID: j.id, Size: int64(len(j.data))})
+				if j.hole > 0 {
+					err = b.add(0, ChunkRef{Size: j.hole})
+				} else {
+					err = b.add(0, ChunkRef{ID: j.id, Size: int64(len(j.data))})
+				}
 			}
 		}
 		var id ID
@@ -808,10 +825,14 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 		res <- built{id, err}
 	}()
 
-	total, rerr := w.cutAll(r, w.cdc, func(chunk []byte) bool {
-		j := &chunkJob{data: chunk, done: make(chan struct{})}
+	total, rerr := produce(func(chunk []byte, hole int64) bool {
+		j := &chunkJob{data: chunk, hole: hole, done: make(chan struct{})}
 		order <- j
-		jobs <- j
+		if hole > 0 {
+			close(j.done)
+		} else {
+			jobs <- j
+		}
 		return !failed.Load()
 	})
 	close(jobs)
@@ -826,6 +847,68 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 		return ZeroID, total, out.err
 	}
 	return out.id, total, nil
+}
+
+// Extent is a region of a file: Len bytes from Off.
+type Extent struct {
+	Off, Len int64
+}
+
+// WriteSparse stores the size bytes of r as file content whose data lies
+// only in the extents data (sorted, disjoint, within size): everything
+// else is a hole, stored as a hole ref of a level-0 file node instead of
+// chunks of zeros, and FastCDC cuts each data extent on its own; a chunk
+// of a data extent that is all zeros is stored as a hole too (filesystems
+// allocate in blocks, overlayfs copies up in 1 MiB pieces). The
+// content is always a FileNode tree, so its id differs from that of the
+// same bytes stored dense. It returns the content id and the number of
+// bytes it covers.
+func (w *Writer) WriteSparse(r io.ReaderAt, size int64, data []Extent) (ID, int64, error) {
+	var pos int64
+	for _, e := range data {
+		if e.Off < pos || e.Len <= 0 || e.Off+e.Len > size {
+			return ZeroID, 0, fmt.Errorf("write sparse: extent [%d,+%d) out of order or outside %d bytes", e.Off, e.Len, size)
+		}
+		pos = e.Off + e.Len
+	}
+	if size == 0 {
+		return ZeroID, 0, nil
+	}
+	if err := w.begin(); err != nil {
+		return ZeroID, 0, err
+	}
+	defer w.end()
+	id, n, err := w.buildContent(func(emit func(chunk []byte, hole int64) bool) (int64, error) {
+		var pos, read int64
+		for _, e := range data {
+			if e.Off > pos && !emit(nil, e.Off-pos) {
+				return read, nil
+			}
+			m, err := w.cutAll(io.NewSectionReader(r, e.Off, e.Len), w.cdc, func(chunk []byte) bool {
+				if allZero(chunk) { // a zero run the filesystem allocated anyway
+					return emit(nil, int64(len(chunk)))
+				}
+				return emit(chunk, 0)
+			})
+			read += m
+			if err != nil {
+				return read, err
+			}
+			if m != e.Len {
+				return read, fmt.Errorf("data extent [%d,+%d): read %d bytes: %w", e.Off, e.Len, m, io.ErrUnexpectedEOF)
+			}
+			pos = e.Off + e.Len
+		}
+		if size > pos {
+			emit(nil, size-pos)
+		}
+		return read, nil
+	})
+	if err != nil {
+		return ZeroID, 0, err
+	}
+	_ = n
+	return id, size, nil
 }
 
 // cutAll reads r to the end and calls emit with each chunk in order, in a
@@ -917,4 +1000,20 @@ func (b *fileBuilder) finish() (ID, error) {
 		}
 	}
 	return ZeroID, errors.New("file builder: no chunks")
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
