@@ -31,7 +31,7 @@ GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
 export STRATA_CORPUS
 
 .PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
-        bench demo deps lint corpus clean crash cover
+        bench demo deps lint corpus clean crash powerloss cover
 
 all: build
 
@@ -77,6 +77,15 @@ integration: build corpus
 # after each (make test runs 40).
 crash: build
 	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^TestCrash$$ -test.v" IT_TIMEOUT=60m \
+	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+# The power-loss harness at length: 320 crash points (the Nth filesystem
+# operation) during import, commit, promote, branch and gc with the store on
+# lazyfs, a FUSE filesystem that drops what was not fsynced; fsck and the
+# acknowledged commits checked after each remount (make test runs 40). Root
+# pass only: /dev/fuse is root's.
+powerloss: build
+	@STRATA_POWERLOSS_TRIALS=$${STRATA_POWERLOSS_TRIALS:-320} IT_ARGS="-test.run ^TestPowerLoss$$ -test.v" IT_TIMEOUT=60m \
 	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 # Coverage of every package from the unit tests and both integration passes

@@ -66,6 +66,7 @@ type FS struct {
 	ops     int64
 	crashAt int64
 	dead    bool
+	crashOp string
 	faults  []*Fault
 	// Stats
 	savedBlocks, syncs int64
@@ -142,6 +143,14 @@ func (l *FS) Crashed() bool {
 	return l.dead
 }
 
+// CrashedOp names the operation the crash point stopped ("write
+// store/strata.db-wal"), or "".
+func (l *FS) CrashedOp() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.crashOp
+}
+
 // Ops is the number of mutating operations so far.
 func (l *FS) Ops() int64 {
 	l.mu.Lock()
@@ -193,6 +202,7 @@ func (l *FS) gate(op, path string) syscall.Errno {
 	l.ops++
 	if l.crashAt > 0 && l.ops >= l.crashAt {
 		l.dead = true
+		l.crashOp = op + " " + path
 		return syscall.EIO
 	}
 	for _, f := range l.faults {
