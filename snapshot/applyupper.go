@@ -163,8 +163,9 @@ type upFile struct {
 	equal func() (bool, error)         // ContentEqual, or nil
 	// base is the content beneath, for equal.
 	base    *store.TreeEntry
-	planned int64 // the size counted in the statistics
-	removed bool  // replaced by a later change
+	prev    store.ID // the content of the same path beneath, or ZeroID
+	planned int64    // the size counted in the statistics
+	removed bool     // replaced by a later change
 	cached  *store.StatEntry
 	rest    []*upFile     // the other changed names of a hardlinked inode
 	extra   []*linkedName // its names that are not changes
@@ -427,6 +428,9 @@ func (a *applyUpperState) apply(c *UpperChange) error {
 		return a.applyDir(c, parent, name, old, e)
 	}
 	f := &upFile{path: c.Path, e: e, st: *st, open: open}
+	if old != nil && old.Type == store.TypeFile {
+		f.prev = old.Content // its previous version: a delta base
+	}
 	if e.Type == store.TypeFile && c.Kind == UpperModified && c.ContentEqual != nil &&
 		old != nil && old.Type == store.TypeFile {
 		f.equal = c.ContentEqual
@@ -1080,15 +1084,15 @@ func (a *applyUpperState) readOnce(f *upFile, buf *[]byte) (bool, error) {
 			if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
 				return false, a.readErr(f, err)
 			}
-			if id, size, err = a.w.WriteContent(r); err != nil {
+			if id, size, err = a.w.WriteContentLike(r, f.prev); err != nil {
 				return false, a.readErr(f, err)
 			}
 		case size > 0:
-			if id, err = a.w.WriteBytes(b); err != nil {
+			if id, err = a.w.WriteBytesLike(b, f.prev); err != nil {
 				return false, fmt.Errorf("%s: %w", f.path, err)
 			}
 		}
-	} else if id, size, err = a.w.WriteContent(r); err != nil {
+	} else if id, size, err = a.w.WriteContentLike(r, f.prev); err != nil {
 		return false, a.readErr(f, err)
 	}
 	if err := unix.Fstat(fd, &after); err != nil {

@@ -354,7 +354,13 @@ func (s *Store) ReadOnly() bool { return s.ro }
 // migrations is the ordered list of schema changes; migration i takes the
 // schema from version i to i+1 (PRAGMA user_version). Append only: never
 // edit a migration that has shipped.
-var migrations = [][]string{schemaV1}
+var migrations = [][]string{schemaV1, schemaV2}
+
+// schemaV2: delta-coded chunks (codec 2, delta.go), indexed so that gc
+// finds them without reading the whole table.
+var schemaV2 = []string{
+	`CREATE INDEX objects_delta ON objects(rowid) WHERE codec = 2`,
+}
 
 // schemaVersion is the version this binary writes and understands.
 var schemaVersion = len(migrations)

@@ -476,7 +476,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if validKind(k) {
 			id = HashObject(k, idSource)
 		}
-		p, err := decodeRecord(id, k, codec, size, data)
+		p, err := decodeRecord(id, k, codec, size, data, nil)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v is not ErrCorrupt", err)

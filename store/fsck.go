@@ -229,7 +229,7 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 	}
 	o.kind = Kind(kind)
 	f.objects[id] = o
-	p, err := decodeRecord(id, Kind(kind), codec, size, data)
+	p, err := decodeRecord(id, Kind(kind), codec, size, data, txBase(tx))
 	if err != nil {
 		f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: err.Error()})
 		return

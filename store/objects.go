@@ -28,7 +28,7 @@ func (tx *Tx) Get(id ID) (Kind, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("read object %s: %w", id.Short(), mapErr(err))
 	}
-	p, err := decodeRecord(id, Kind(kind), codec, size, data)
+	p, err := decodeRecord(id, Kind(kind), codec, size, data, txBase(tx))
 	if err != nil {
 		return 0, nil, err
 	}

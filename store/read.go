@@ -46,7 +46,10 @@ func (s *Store) getObject(ctx context.Context, id ID) (Kind, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("read object %s: %w", id.Short(), mapErr(err))
 	}
-	p, err := decodeRecord(id, Kind(kind), codec, size, data)
+	p, err := decodeRecord(id, Kind(kind), codec, size, data, func(b ID) ([]byte, error) {
+		_, p, err := s.getObject(ctx, b)
+		return p, err
+	})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -91,6 +91,10 @@ type pendingObject struct {
 	size  int // payload size
 	codec int
 	data  []byte // stored form
+	// full and fullCodec are the stored form without the delta, for a
+	// delta-coded record whose base is gone by the time it is inserted.
+	full      []byte
+	fullCodec int
 }
 
 // NewWriter starts a Writer; its lease is taken with its first transaction
@@ -184,6 +188,12 @@ func (w *Writer) end() { w.op.RUnlock() }
 // put buffers an object and returns its id. own says the Writer may keep
 // p; otherwise p is copied when it must be kept.
 func (w *Writer) put(kind Kind, p []byte, own bool) (ID, error) {
+	return w.putLike(kind, p, own, ZeroID)
+}
+
+// putLike is put that may store a chunk as a delta against the chunk
+// base (a previous version of it).
+func (w *Writer) putLike(kind Kind, p []byte, own bool, base ID) (ID, error) {
 	if len(p) > maxObjectSize {
 		return ZeroID, fmt.Errorf("put %v of %d bytes: over the %d limit", kind, len(p), maxObjectSize)
 	}
@@ -212,6 +222,15 @@ func (w *Writer) put(kind Kind, p []byte, own bool) (ID, error) {
 	}
 	if !exists {
 		rec.codec, rec.data = compress(p)
+		if kind == KindChunk && !base.IsZero() && base != id {
+			if d, ok := w.tryDelta(p, base, rec.data); ok {
+				rec.full, rec.fullCodec = rec.data, rec.codec
+				if rec.codec == codecNone && !own {
+					rec.full = bytes.Clone(p)
+				}
+				rec.codec, rec.data = codecDelta, d
+			}
+		}
 	}
 	if rec.codec == codecNone {
 		// Kept raw: a new object that did not compress, or one that exists
@@ -314,11 +333,26 @@ const (
 func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lease int64) error {
 	for i := range batch {
 		p := &batch[i]
-		data := p.data
+		data, codec := p.data, p.codec
+		var baseOID int64
+		if codec == codecDelta {
+			// The base must exist in this transaction, and stays alive
+			// under the lease with the delta; if gc took it meanwhile,
+			// the chunk is stored whole.
+			oid, ok, err := baseExists(tx, data)
+			if err != nil {
+				return fmt.Errorf("look up delta base of %s: %w", p.id.Short(), err)
+			}
+			if ok {
+				baseOID = oid
+			} else {
+				data, codec = p.full, p.fullCodec
+			}
+		}
 		if data == nil {
 			data = []byte{}
 		}
-		r, err := tx.exec(qInsertObjectIfNew, p.id[:], int64(p.kind), p.codec, p.size, data)
+		r, err := tx.exec(qInsertObjectIfNew, p.id[:], int64(p.kind), codec, p.size, data)
 		if err != nil {
 			return fmt.Errorf("store %v %s: %w", p.kind, p.id.Short(), err)
 		}
@@ -337,6 +371,11 @@ func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lea
 		}
 		if lease == 0 {
 			continue
+		}
+		if baseOID != 0 {
+			if _, err := tx.exec(qLeaseObject, lease, baseOID); err != nil {
+				return fmt.Errorf("record delta base of %s under lease: %w", p.id.Short(), err)
+			}
 		}
 		if _, err := tx.exec(qLeaseObject, lease, oid); err != nil {
 			if isCode(err, sqliteConstraint) {
@@ -717,6 +756,60 @@ func (w *Writer) WriteBytes(b []byte) (ID, error) {
 	return w.put(KindChunk, b, false)
 }
 
+// WriteBytesLike is WriteBytes for a new version of the content prev
+// (ZeroID: none): the chunk may be stored as a delta against prev's.
+func (w *Writer) WriteBytesLike(b []byte, prev ID) (ID, error) {
+	if len(b) > SmallFileMax || prev.IsZero() {
+		if len(b) > SmallFileMax {
+			id, _, err := w.WriteContentLike(bytes.NewReader(b), prev)
+			return id, err
+		}
+		return w.WriteBytes(b)
+	}
+	if err := w.begin(); err != nil {
+		return ZeroID, err
+	}
+	defer w.end()
+	w.contentBytes.Add(int64(len(b)))
+	if len(b) == 0 {
+		return ZeroID, nil
+	}
+	return w.putLike(KindChunk, b, false, prev)
+}
+
+// WriteContentLike is WriteContent for a new version of the content prev
+// (ZeroID: none): each new chunk may be stored as a delta against the
+// chunk of prev at the same offset.
+func (w *Writer) WriteContentLike(r io.Reader, prev ID) (ID, int64, error) {
+	if prev.IsZero() {
+		return w.WriteContent(r)
+	}
+	if err := w.begin(); err != nil {
+		return ZeroID, 0, err
+	}
+	defer w.end()
+	bp := smallBufPool.Get().(*[]byte)
+	defer smallBufPool.Put(bp)
+	buf := *bp
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		w.contentBytes.Add(int64(n))
+		if n == 0 {
+			return ZeroID, 0, nil
+		}
+		id, err := w.putLike(KindChunk, buf[:n], false, baseAt(w.s.chunkMap(w.ctx, prev), 0))
+		return id, int64(n), err
+	case err != nil:
+		return ZeroID, 0, fmt.Errorf("read content: %w", err)
+	}
+	m := w.s.chunkMap(w.ctx, prev)
+	r = io.MultiReader(bytes.NewReader(buf[:n]), r)
+	return w.buildContentLike(func(emit func(chunk []byte, hole int64) bool) (int64, error) {
+		return w.cutAll(r, w.cdc, func(chunk []byte) bool { return emit(chunk, 0) })
+	}, m)
+}
+
 var smallBufPool = sync.Pool{New: func() any { b := make([]byte, SmallFileMax+1); return &b }}
 
 // WriteContent reads r to the end and stores it as file content: whole
@@ -754,6 +847,7 @@ var contentWorkers = 0
 type chunkJob struct {
 	data []byte
 	hole int64 // a hole of this many bytes instead of data
+	base ID    // a previous version's chunk to delta against, or ZeroID
 	id   ID
 	err  error
 	done chan struct{}
@@ -774,6 +868,12 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 // compressed on up to GOMAXPROCS workers and their ids fed in order to a
 // fileBuilder.
 func (w *Writer) buildContent(produce func(emit func(chunk []byte, hole int64) bool) (int64, error)) (ID, int64, error) {
+	return w.buildContentLike(produce, nil)
+}
+
+// buildContentLike is buildContent whose chunks may be deltas against the
+// chunks of prev (a previous version's chunk map) at the same offsets.
+func (w *Writer) buildContentLike(produce func(emit func(chunk []byte, hole int64) bool) (int64, error), prev []chunkAt) (ID, int64, error) {
 	workers := runtime.GOMAXPROCS(0)
 	if contentWorkers > 0 {
 		workers = contentWorkers
@@ -788,7 +888,7 @@ func (w *Writer) buildContent(produce func(emit func(chunk []byte, hole int64) b
 			defer wg.Done()
 			for j := range jobs {
 				if !failed.Load() {
-					j.id, j.err = w.put(KindChunk, j.data, true)
+					j.id, j.err = w.putLike(KindChunk, j.data, true, j.base)
 					if j.err != nil {
 						failed.Store(true)
 					}
@@ -825,8 +925,13 @@ func (w *Writer) buildContent(produce func(emit func(chunk []byte, hole int64) b
 		res <- built{id, err}
 	}()
 
+	var off int64
 	total, rerr := produce(func(chunk []byte, hole int64) bool {
 		j := &chunkJob{data: chunk, hole: hole, done: make(chan struct{})}
+		if prev != nil && hole == 0 {
+			j.base = baseAt(prev, off)
+		}
+		off += int64(len(chunk)) + hole
 		order <- j
 		if hole > 0 {
 			close(j.done)

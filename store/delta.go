@@ -1,0 +1,221 @@
+package store
+
+// Delta coding of chunks. A chunk that is a new version of another (the
+// same path's content in the parent tree, or the chunk at the same offset
+// of a large file's previous version) may be stored as a zstd frame
+// compressed with the other chunk's payload as raw dictionary: an edit of
+// a line costs about the line instead of the whole compressed chunk. It is
+// a storage form (codec), not a kind: the object keeps its id, the hash of
+// its payload, and reads verify that hash after reconstruction. Chains are
+// bounded (maxDeltaDepth), and the delta is kept only when cheaper than
+// the chunk compressed on its own. gc keeps a delta's base alive while
+// the delta is (gc.go), fsck decodes every chain (fsck.go).
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+const (
+	// maxDeltaDepth bounds a delta chain: reading a chunk decodes at most
+	// this many frames. docs/store.md has the measurements.
+	maxDeltaDepth = 10
+	// minDelta is the payload size below which deltas are not tried.
+	minDelta = 1 << 10
+	deltaHeader = 1 + 32
+)
+
+// encodeDelta compresses p with base as raw dictionary.
+func encodeDelta(p, base []byte, baseID ID, depth int) ([]byte, error) {
+	enc, err := zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstd.SpeedDefault),
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(false),
+		zstd.WithWindowSize(windowFor(len(base)+len(p))),
+		zstd.WithEncoderDictRaw(0, base))
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Close()
+	out := make([]byte, deltaHeader, deltaHeader+len(p)/8+64)
+	out[0] = byte(depth)
+	copy(out[1:], baseID[:])
+	return enc.EncodeAll(p, out), nil
+}
+
+// windowFor returns a zstd window (a power of two, at least 1 KiB... the
+// minimum zstd accepts) that covers n bytes.
+func windowFor(n int) int {
+	w := zstd.MinWindowSize
+	for w < n && w < zstd.MaxWindowSize {
+		w <<= 1
+	}
+	return w
+}
+
+// decodeDelta reconstructs a delta-coded payload of size bytes.
+func decodeDelta(id ID, kind Kind, size int64, data []byte, base baseReader) ([]byte, error) {
+	if kind != KindChunk || len(data) < deltaHeader || data[0] == 0 || data[0] > maxDeltaDepth {
+		return nil, fmt.Errorf("object %s: bad delta record: %w", id.Short(), ErrCorrupt)
+	}
+	if base == nil {
+		return nil, fmt.Errorf("object %s: a delta where none may be: %w", id.Short(), ErrCorrupt)
+	}
+	bid := ID(data[1:deltaHeader])
+	bp, err := base(bid)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("object %s: delta base %s is missing: %w", id.Short(), bid.Short(), ErrCorrupt)
+		}
+		return nil, fmt.Errorf("object %s: delta base: %w", id.Short(), err)
+	}
+	dec, err := zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxMemory(maxObjectSize),
+		zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderDictRaw(0, bp))
+	if err != nil {
+		return nil, fmt.Errorf("object %s: delta decoder: %w", id.Short(), err)
+	}
+	defer dec.Close()
+	p, err := dec.DecodeAll(data[deltaHeader:], make([]byte, 0, size))
+	if err != nil {
+		return nil, fmt.Errorf("object %s: decode delta against %s: %v: %w", id.Short(), bid.Short(), err, ErrCorrupt)
+	}
+	return p, nil
+}
+
+// deltaDepth returns the chain depth of a stored row: 0 for a full one.
+func deltaDepth(codec int64, data []byte) int {
+	if codec != codecDelta || len(data) == 0 {
+		return 0
+	}
+	return int(data[0])
+}
+
+// txBase reads delta bases inside a transaction.
+func txBase(tx *Tx) baseReader {
+	return func(id ID) ([]byte, error) {
+		k, p, err := tx.Get(id)
+		if err == nil && k != KindChunk {
+			err = fmt.Errorf("delta base %s is a %v: %w", id.Short(), k, ErrCorrupt)
+		}
+		return p, err
+	}
+}
+
+const qObjectDepth = `SELECT codec, substr(data, 1, 1) FROM objects WHERE id = ? AND kind = 1`
+
+// deltaBase returns the payload and chain depth of the chunk base, for a
+// delta against it; ok is false when base is not a chunk in the store or
+// its chain is full.
+func (s *Store) deltaBase(ctx context.Context, base ID) (p []byte, depth int, ok bool) {
+	st, err := s.prepared(ctx, s.db, qObjectDepth)
+	if err != nil {
+		return nil, 0, false
+	}
+	var codec int64
+	var head []byte
+	if err := st.QueryRowContext(ctx, base[:]).Scan(&codec, &head); err != nil {
+		return nil, 0, false
+	}
+	depth = deltaDepth(codec, head)
+	if depth >= maxDeltaDepth {
+		return nil, 0, false
+	}
+	k, p, err := s.getObject(ctx, base)
+	if err != nil || k != KindChunk {
+		return nil, 0, false
+	}
+	return p, depth, true
+}
+
+// chunkAt is a level-0 chunk of a file's content and its offset.
+type chunkAt struct {
+	off int64
+	id  ID
+}
+
+// chunkMap lists the chunks of content id (a chunk or a FileNode tree) by
+// offset, for picking delta bases of a new version; nil on any error.
+func (s *Store) chunkMap(ctx context.Context, id ID) []chunkAt {
+	if id.IsZero() {
+		return nil
+	}
+	var out []chunkAt
+	var walk func(id ID, off int64, depth int) bool
+	walk = func(id ID, off int64, depth int) bool {
+		k, p, err := s.getObject(ctx, id)
+		if err != nil || depth > maxFileLevel {
+			return false
+		}
+		if k == KindChunk {
+			out = append(out, chunkAt{off, id})
+			return true
+		}
+		n, err := DecodeFileNode(p)
+		if err != nil {
+			return false
+		}
+		for _, r := range n.Refs {
+			if !r.ID.IsZero() {
+				if n.Level == 0 {
+					out = append(out, chunkAt{off, r.ID})
+				} else if !walk(r.ID, off, depth+1) {
+					return false
+				}
+			}
+			off += r.Size
+		}
+		return true
+	}
+	if !walk(id, 0, 0) {
+		return nil
+	}
+	return out
+}
+
+// baseAt returns the chunk of m covering offset off, or ZeroID.
+func baseAt(m []chunkAt, off int64) ID {
+	i := sort.Search(len(m), func(i int) bool { return m[i].off > off })
+	if i == 0 {
+		return ZeroID
+	}
+	return m[i-1].id
+}
+
+// tryDelta returns the delta form of chunk p against base when that is
+// cheaper than full (the chunk's stored form on its own).
+func (w *Writer) tryDelta(p []byte, base ID, full []byte) ([]byte, bool) {
+	if base.IsZero() || len(p) < minDelta {
+		return nil, false
+	}
+	bp, depth, ok := w.s.deltaBase(w.ctx, base)
+	if !ok {
+		return nil, false
+	}
+	d, err := encodeDelta(p, bp, base, depth+1)
+	if err != nil || len(d) >= len(full) {
+		return nil, false
+	}
+	return d, true
+}
+
+// baseExists reports whether the base of a delta record is in the store,
+// in tx, and returns its rowid.
+func baseExists(tx *Tx, data []byte) (int64, bool, error) {
+	var oid int64
+	err := tx.queryRow(qObjectOID, data[1:deltaHeader]).Scan(&oid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, mapErr(err)
+	}
+	return oid, true, nil
+}
