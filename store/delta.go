@@ -26,7 +26,7 @@ const (
 	// this many frames. docs/store.md has the measurements.
 	maxDeltaDepth = 10
 	// minDelta is the payload size below which deltas are not tried.
-	minDelta = 1 << 10
+	minDelta    = 1 << 10
 	deltaHeader = 1 + 32
 )
 
