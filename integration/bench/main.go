@@ -95,6 +95,7 @@ var scenarios = []scenario{
 	{name: "sandbox", issue: "sandbox", run: runSandbox, report: reportSandbox},
 	{name: "runs", issue: "runs", run: runRuns, report: reportRuns},
 	{name: "view", issue: "view", run: runView, report: reportView},
+	{name: "deltas", issue: "store", run: runDeltas, report: reportDeltas},
 }
 
 func (c config) selected(s scenario) bool {
@@ -628,6 +629,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"sandbox", "Issue \"sandbox\": what the sandbox adds to exec"},
 		{"runs", "Issue \"runs\": fork + patch + test + discard"},
 		{"view", "Issue \"view\": the sandbox's assembled root, before and after"},
+		{"store", "Issue \"store\" (18): delta-coded edits, before and after"},
 	}
 	for _, sec := range sections {
 		var tables []Table
