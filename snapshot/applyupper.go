@@ -101,6 +101,10 @@ type ApplyOptions struct {
 	// that a commit is one transaction. Otherwise ApplyUpper saves it in
 	// a transaction of its own.
 	DeferStatCache bool
+	// Previous, when set, is the tree of the last commit made from this
+	// upper directory (the base stays where the upper was mounted): a
+	// changed file's version there is its delta base.
+	Previous store.ID
 }
 
 // ApplyResult describes a finished ApplyUpper.
@@ -928,6 +932,35 @@ func (a *applyUpperState) findNames(cs []*UpperChange, want map[devIno]bool) (ma
 // cache (retained, on many goroutines: the Writer batches concurrent
 // Retains), from the base when ContentEqual says it is the same, or by
 // reading it (on cfg.workers goroutines).
+// previousAt returns the content of the file at the slash-separated path
+// rel in tree, or ZeroID (no such file, or a tree that cannot be read: a
+// delta base is only a hint).
+func (a *applyUpperState) previousAt(tree store.ID, rel string) store.ID {
+	id := tree
+	for rest := rel; ; {
+		name, more, _ := strings.Cut(rest, "/")
+		t, err := a.tc.get(id, rel)
+		if err != nil {
+			return store.ZeroID
+		}
+		i, ok := slices.BinarySearchFunc(t.Entries, name, func(e store.TreeEntry, n string) int { return strings.Compare(e.Name, n) })
+		if !ok {
+			return store.ZeroID
+		}
+		e := &t.Entries[i]
+		if more == "" {
+			if e.Type == store.TypeFile {
+				return e.Content
+			}
+			return store.ZeroID
+		}
+		if e.Type != store.TypeDir {
+			return store.ZeroID
+		}
+		id, rest = e.Content, more
+	}
+}
+
 func (a *applyUpperState) readContent() error {
 	var jobs []*upFile
 	for _, f := range a.files {
@@ -946,6 +979,21 @@ func (a *applyUpperState) readContent() error {
 			hits = append(hits, f)
 		} else {
 			misses = append(misses, f)
+		}
+	}
+	if p := a.opts.Previous; !p.IsZero() && p != a.base {
+		// The files' versions in the last commit of this upper directory
+		// are closer to them than the ones beneath: better delta bases.
+		err := a.tc.inView(func() error {
+			for _, f := range misses {
+				if id := a.previousAt(p, f.path); !id.IsZero() {
+					f.prev = id
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	confirm := func(f *upFile) (bool, error) {

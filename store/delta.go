@@ -14,6 +14,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -30,26 +31,90 @@ const (
 	deltaHeader = 1 + 32
 )
 
-// encodeDelta compresses p with base as raw dictionary.
+// The delta record after the header: uvarint prefix, uvarint suffix (the
+// bytes p shares with the start and the end of its base), a byte naming
+// how the middle is stored, then the middle — the bytes of p between them:
+//
+//	midRaw   as is (a few lines: compression would not pay)
+//	midZstd  one zstd frame
+//	midDict  one zstd frame compressed with the base's replaced bytes
+//	         (base[prefix:len(base)-suffix]) as raw dictionary: scattered
+//	         edits, where the middle is large but mostly the old bytes
+//
+// An edit of a line is found by the prefix and suffix alone, at the cost
+// of two comparisons; only a large middle pays for a zstd dictionary
+// encoder (about a megabyte of tables, ~1 ms).
+const (
+	midRaw  = 0
+	midZstd = 1
+	midDict = 2
+	// midDictMin is the middle size from which the dictionary is tried.
+	midDictMin = 4 << 10
+)
+
+// encodeDelta returns the delta record of p against base.
 func encodeDelta(p, base []byte, baseID ID, depth int) ([]byte, error) {
-	enc, err := zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(zstd.SpeedDefault),
-		zstd.WithEncoderConcurrency(1),
-		zstd.WithEncoderCRC(false),
-		zstd.WithWindowSize(windowFor(len(base)+len(p))),
-		zstd.WithEncoderDictRaw(0, base))
-	if err != nil {
-		return nil, err
-	}
-	defer enc.Close()
-	out := make([]byte, deltaHeader, deltaHeader+len(p)/8+64)
+	pre := commonPrefix(p, base)
+	suf := commonSuffix(p[pre:], base[pre:])
+	mid := p[pre : len(p)-suf]
+	out := make([]byte, deltaHeader, deltaHeader+len(mid)/2+32)
 	out[0] = byte(depth)
 	copy(out[1:], baseID[:])
-	return enc.EncodeAll(p, out), nil
+	out = binary.AppendUvarint(out, uint64(pre))
+	out = binary.AppendUvarint(out, uint64(suf))
+	switch {
+	case len(mid) < minCompress:
+		return append(append(out, midRaw), mid...), nil
+	case len(mid) >= midDictMin && len(base)-suf-pre >= midDictMin:
+		enc, err := zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(zstd.SpeedFastest),
+			zstd.WithEncoderConcurrency(1),
+			zstd.WithEncoderCRC(false),
+			zstd.WithWindowSize(windowFor(len(base)+len(mid))),
+			zstd.WithEncoderDictRaw(0, base[pre:len(base)-suf]))
+		if err != nil {
+			return nil, err
+		}
+		defer enc.Close()
+		return enc.EncodeAll(mid, append(out, midDict)), nil
+	default:
+		zstdInit()
+		c := zEnc.EncodeAll(mid, nil)
+		if len(c) >= len(mid) {
+			return append(append(out, midRaw), mid...), nil
+		}
+		return append(append(out, midZstd), c...), nil
+	}
 }
 
-// windowFor returns a zstd window (a power of two, at least 1 KiB... the
-// minimum zstd accepts) that covers n bytes.
+// commonPrefix returns the length of the common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i+8 <= n && binary.LittleEndian.Uint64(a[i:]) == binary.LittleEndian.Uint64(b[i:]) {
+		i += 8
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// commonSuffix returns the length of the common suffix of a and b.
+func commonSuffix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i+8 <= n && binary.LittleEndian.Uint64(a[len(a)-i-8:]) == binary.LittleEndian.Uint64(b[len(b)-i-8:]) {
+		i += 8
+	}
+	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
+		i++
+	}
+	return i
+}
+
+// windowFor returns a zstd window (a power of two, at least the minimum
+// zstd accepts) that covers n bytes.
 func windowFor(n int) int {
 	w := zstd.MinWindowSize
 	for w < n && w < zstd.MaxWindowSize {
@@ -67,6 +132,13 @@ func decodeDelta(id ID, kind Kind, size int64, data []byte, base baseReader) ([]
 		return nil, fmt.Errorf("object %s: a delta where none may be: %w", id.Short(), ErrCorrupt)
 	}
 	bid := ID(data[1:deltaHeader])
+	r := reader{b: data[deltaHeader:]}
+	pre, suf := r.uvarint(), r.uvarint()
+	how := r.byte()
+	if r.err != nil {
+		return nil, fmt.Errorf("object %s: bad delta record: %v: %w", id.Short(), r.err, ErrCorrupt)
+	}
+	rest := r.b
 	bp, err := base(bid)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -74,19 +146,41 @@ func decodeDelta(id ID, kind Kind, size int64, data []byte, base baseReader) ([]
 		}
 		return nil, fmt.Errorf("object %s: delta base: %w", id.Short(), err)
 	}
-	dec, err := zstd.NewReader(nil,
-		zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderMaxMemory(maxObjectSize),
-		zstd.WithDecodeAllCapLimit(true),
-		zstd.WithDecoderDictRaw(0, bp))
-	if err != nil {
-		return nil, fmt.Errorf("object %s: delta decoder: %w", id.Short(), err)
+	if pre > uint64(len(bp)) || suf > uint64(len(bp))-pre || pre+suf > uint64(size) {
+		return nil, fmt.Errorf("object %s: delta does not fit its base %s: %w", id.Short(), bid.Short(), ErrCorrupt)
 	}
-	defer dec.Close()
-	p, err := dec.DecodeAll(data[deltaHeader:], make([]byte, 0, size))
-	if err != nil {
-		return nil, fmt.Errorf("object %s: decode delta against %s: %v: %w", id.Short(), bid.Short(), err, ErrCorrupt)
+	midSize := size - int64(pre+suf)
+	var mid []byte
+	switch how {
+	case midRaw:
+		mid = rest
+	case midZstd, midDict:
+		opts := []zstd.DOption{zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxObjectSize), zstd.WithDecodeAllCapLimit(true)}
+		if how == midDict {
+			opts = append(opts, zstd.WithDecoderDictRaw(0, bp[pre:uint64(len(bp))-suf]))
+		}
+		var dec *zstd.Decoder
+		if how == midZstd {
+			zstdInit()
+			dec = zDec
+		} else if dec, err = zstd.NewReader(nil, opts...); err != nil {
+			return nil, fmt.Errorf("object %s: delta decoder: %w", id.Short(), err)
+		} else {
+			defer dec.Close()
+		}
+		if mid, err = dec.DecodeAll(rest, make([]byte, 0, midSize)); err != nil {
+			return nil, fmt.Errorf("object %s: decode delta against %s: %v: %w", id.Short(), bid.Short(), err, ErrCorrupt)
+		}
+	default:
+		return nil, fmt.Errorf("object %s: unknown delta middle %d: %w", id.Short(), how, ErrCorrupt)
 	}
+	if int64(len(mid)) != midSize {
+		return nil, fmt.Errorf("object %s: delta middle of %d bytes, want %d: %w", id.Short(), len(mid), midSize, ErrCorrupt)
+	}
+	p := make([]byte, 0, size)
+	p = append(p, bp[:pre]...)
+	p = append(p, mid...)
+	p = append(p, bp[uint64(len(bp))-suf:]...)
 	return p, nil
 }
 

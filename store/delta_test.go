@@ -142,6 +142,44 @@ func TestDeltaChunks(t *testing.T) {
 	mustFsckOK(t, s)
 }
 
+// TestDeltaMiddles: each way of storing the middle round-trips, and a
+// damaged record is ErrCorrupt, not a wrong payload.
+func TestDeltaMiddles(t *testing.T) {
+	base := textBytes(5, 60<<10)
+	cases := map[string][]byte{
+		"one line":   editLine(base, 100, "x"),
+		"insertion":  append(append(bytes.Clone(base[:3000]), textBytes(8, 2000)...), base[3000:]...),
+		"scattered":  base,
+		"truncation": base[:20000],
+		"same":       bytes.Clone(base),
+	}
+	sc := bytes.Clone(base)
+	for i := 0; i < 60; i++ {
+		sc = editLine(sc, i*17, fmt.Sprintf("scattered %d", i))
+	}
+	cases["scattered"] = sc
+	var bid ID
+	for name, p := range cases {
+		d, err := encodeDelta(p, base, bid, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := HashObject(KindChunk, p)
+		got, err := decodeDelta(id, KindChunk, int64(len(p)), d, func(ID) ([]byte, error) { return base, nil })
+		if err != nil || !bytes.Equal(got, p) {
+			t.Errorf("%s: decode: %v (equal %v)", name, err, bytes.Equal(got, p))
+		}
+		t.Logf("%s: %d bytes for %d", name, len(d), len(p))
+		bad := bytes.Clone(d)
+		bad[len(bad)-1] ^= 0x40
+		if len(d) > deltaHeader+4 {
+			if _, err := decodeRecord(id, KindChunk, codecDelta, int64(len(p)), bad, func(ID) ([]byte, error) { return base, nil }); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("%s: a damaged delta: %v, want ErrCorrupt", name, err)
+			}
+		}
+	}
+}
+
 // TestDeltaBaseCorrupt: a delta whose base is damaged fails to read as
 // ErrCorrupt, and fsck reports both.
 func TestDeltaBaseCorrupt(t *testing.T) {

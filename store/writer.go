@@ -62,8 +62,12 @@ type Writer struct {
 	op   sync.RWMutex
 	done bool // under op (exclusive to set)
 
-	mu         sync.Mutex
-	known      map[ID]struct{} // written (buffered or stored) or retained under the lease
+	mu    sync.Mutex
+	known map[ID]struct{} // written (buffered or stored) or retained under the lease
+	// repair holds damaged ids (set before the first write): putting one
+	// rewrites its row from the payload, which hashes to it.
+	repair     map[ID]struct{}
+	repaired   []ID
 	external   map[ID]struct{} // referenced by trees put here and not known when they were
 	batch      []pendingObject
 	batchBytes int
@@ -95,6 +99,8 @@ type pendingObject struct {
 	// delta-coded record whose base is gone by the time it is inserted.
 	full      []byte
 	fullCodec int
+	// repair: rewrite the row of this id (it is damaged).
+	repair bool
 }
 
 // NewWriter starts a Writer; its lease is taken with its first transaction
@@ -210,7 +216,17 @@ func (w *Writer) putLike(kind Kind, p []byte, own bool, base ID) (ID, error) {
 		return id, nil
 	}
 	w.known[id] = struct{}{}
+	_, repair := w.repair[id]
 	w.mu.Unlock()
+	if repair {
+		// A damaged object: its payload is here again; store it whole.
+		rec := pendingObject{id: id, kind: kind, size: len(p), repair: true}
+		rec.codec, rec.data = compress(p)
+		if rec.codec == codecNone && !own {
+			rec.data = bytes.Clone(p)
+		}
+		return id, w.enqueue(rec)
+	}
 
 	rec := pendingObject{id: id, kind: kind, size: len(p), codec: codecNone}
 	exists := false
@@ -315,7 +331,32 @@ func (w *Writer) writeBatch(batch []pendingObject) error {
 	w.newObjects.Add(st.NewObjects)
 	w.newBytes.Add(st.NewBytes)
 	w.reused.Add(st.ReusedObjects)
+	if len(st.Repaired) > 0 {
+		w.mu.Lock()
+		w.repaired = append(w.repaired, st.Repaired...)
+		w.mu.Unlock()
+	}
 	return nil
+}
+
+// Repair makes the Writer rewrite the objects ids, damaged in the store,
+// when content that hashes to them is written again (as an import of a
+// directory that still holds it does): their rows are replaced, missing
+// ones inserted. Call it before writing anything.
+func (w *Writer) Repair(ids []ID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.repair = make(map[ID]struct{}, len(ids))
+	for _, id := range ids {
+		w.repair[id] = struct{}{}
+	}
+}
+
+// Repaired returns the damaged objects rewritten so far (after Flush).
+func (w *Writer) Repaired() []ID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]ID(nil), w.repaired...)
 }
 
 const (
@@ -352,6 +393,15 @@ func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lea
 		if data == nil {
 			data = []byte{}
 		}
+		if p.repair {
+			r, err := tx.exec(`UPDATE objects SET kind = ?, codec = ?, size = ?, data = ? WHERE id = ?`, int64(p.kind), codec, p.size, data, p.id[:])
+			if err != nil {
+				return fmt.Errorf("repair %v %s: %w", p.kind, p.id.Short(), err)
+			}
+			if n, _ := r.RowsAffected(); n == 1 {
+				st.Repaired = append(st.Repaired, p.id)
+			}
+		}
 		r, err := tx.exec(qInsertObjectIfNew, p.id[:], int64(p.kind), codec, p.size, data)
 		if err != nil {
 			return fmt.Errorf("store %v %s: %w", p.kind, p.id.Short(), err)
@@ -363,6 +413,9 @@ func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lea
 			}
 			st.NewObjects++
 			st.NewBytes += int64(len(data))
+			if p.repair { // it was missing
+				st.Repaired = append(st.Repaired, p.id)
+			}
 		} else {
 			if err := tx.queryRow(qObjectOID, p.id[:]).Scan(&oid); err != nil {
 				return fmt.Errorf("look up object %s: %w", p.id.Short(), mapErr(err))
