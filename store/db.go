@@ -544,6 +544,10 @@ func (s *Store) update(ctx context.Context, pool *sql.DB, fn func(tx *Tx) error)
 	}
 	done = true
 	if err := t.Commit(); err != nil {
+		if isCode(err, sqliteIOErr) {
+			// SQLite does not say which file or errno: name the store.
+			return fmt.Errorf("commit to %s: %w (the disk or filesystem failed; nothing of this transaction was stored)", s.path, mapErr(err))
+		}
 		return fmt.Errorf("commit: %w", mapErr(err))
 	}
 	return nil
@@ -628,6 +632,7 @@ func (tx *Tx) query(q string, args ...any) (*sql.Rows, error) {
 const (
 	sqliteBusy     = 5
 	sqliteReadOnly = 8
+	sqliteIOErr    = 10
 	sqliteCorrupt  = 11
 	sqliteFull     = 13
 	sqliteCantOpen = 14

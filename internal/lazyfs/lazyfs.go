@@ -41,7 +41,8 @@ const blockSize = 4096
 // only the Nth, with Once) return Errno.
 type Fault struct {
 	// Op is the operation: write, fsync, create, mkdir, rename, unlink,
-	// setattr, link, symlink, mknod, setxattr, or "" for any mutation.
+	// setattr, link, symlink, mknod, setxattr, or "" for any mutation;
+	// or read (only when named).
 	Op string
 	// Path matches operations on a path (relative to the mount) that
 	// contains it; "" matches every path.
@@ -190,6 +191,22 @@ func (l *FS) PowerLoss() (int, error) {
 		n++
 	}
 	return n, first
+}
+
+// fault returns the errno of a fault matching a non-mutating operation
+// (read), or 0.
+func (l *FS) fault(op, path string) syscall.Errno {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.faults {
+		if f.Op == op && strings.Contains(path, f.Path) {
+			f.seen++
+			if f.seen > f.After && (!f.Once || f.seen == f.After+1) {
+				return f.Errno
+			}
+		}
+	}
+	return 0
 }
 
 // gate counts a mutating operation and decides whether it may run.
@@ -431,6 +448,13 @@ func (f *file) PassthroughFd(struct{ noPassthrough bool }) {}
 func (f *file) fd() int {
 	fd, _ := f.LoopbackFile.PassthroughFd()
 	return fd
+}
+
+func (f *file) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if e := f.n.l.fault("read", f.n.rel("")); e != 0 {
+		return nil, e
+	}
+	return f.LoopbackFile.Read(ctx, buf, off)
 }
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
