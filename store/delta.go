@@ -205,28 +205,59 @@ func txBase(tx *Tx) baseReader {
 
 const qObjectDepth = `SELECT codec, substr(data, 1, 1) FROM objects WHERE id = ? AND kind = 1`
 
-// deltaBase returns the payload and chain depth of the chunk base, for a
-// delta against it; ok is false when base is not a chunk in the store or
-// its chain is full.
-func (s *Store) deltaBase(ctx context.Context, base ID) (p []byte, depth int, ok bool) {
+// deltaBase returns the chunk to delta against for a new version of base
+// — base itself, or the root of its chain when that is full — with its
+// payload and chain depth; ok is false when there is none.
+func (s *Store) deltaBase(ctx context.Context, base ID) (used ID, p []byte, depth int, ok bool) {
 	st, err := s.prepared(ctx, s.db, qObjectDepth)
 	if err != nil {
-		return nil, 0, false
+		return ZeroID, nil, 0, false
 	}
 	var codec int64
 	var head []byte
 	if err := st.QueryRowContext(ctx, base[:]).Scan(&codec, &head); err != nil {
-		return nil, 0, false
+		return ZeroID, nil, 0, false
 	}
 	depth = deltaDepth(codec, head)
 	if depth >= maxDeltaDepth {
-		return nil, 0, false
+		// The chain is full: delta against its root, the full version it
+		// started from, instead (what changed since then is usually
+		// still small, and costs less than a full copy).
+		if base, ok = s.chainRoot(ctx, base); !ok {
+			return ZeroID, nil, 0, false
+		}
+		depth = 0
 	}
 	k, p, err := s.getObject(ctx, base)
 	if err != nil || k != KindChunk {
-		return nil, 0, false
+		return ZeroID, nil, 0, false
 	}
-	return p, depth, true
+	return base, p, depth, true
+}
+
+const qDeltaHead = `SELECT codec, substr(data, 1, 33) FROM objects WHERE id = ?`
+
+// chainRoot follows the delta chain from id to the full chunk it ends in.
+func (s *Store) chainRoot(ctx context.Context, id ID) (ID, bool) {
+	st, err := s.prepared(ctx, s.db, qDeltaHead)
+	if err != nil {
+		return ZeroID, false
+	}
+	for range maxDeltaDepth + 1 {
+		var codec int64
+		var head []byte
+		if err := st.QueryRowContext(ctx, id[:]).Scan(&codec, &head); err != nil {
+			return ZeroID, false
+		}
+		if codec != codecDelta {
+			return id, true
+		}
+		if len(head) != deltaHeader {
+			return ZeroID, false
+		}
+		id = ID(head[1:deltaHeader])
+	}
+	return ZeroID, false
 }
 
 // chunkAt is a level-0 chunk of a file's content and its offset.
@@ -289,7 +320,7 @@ func (w *Writer) tryDelta(p []byte, base ID, full []byte) ([]byte, bool) {
 	if base.IsZero() || len(p) < minDelta {
 		return nil, false
 	}
-	bp, depth, ok := w.s.deltaBase(w.ctx, base)
+	base, bp, depth, ok := w.s.deltaBase(w.ctx, base)
 	if !ok {
 		return nil, false
 	}

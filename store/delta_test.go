@@ -79,16 +79,40 @@ func TestDeltaChunks(t *testing.T) {
 	if n < 2*maxDeltaDepth || depth != maxDeltaDepth {
 		t.Errorf("%d delta rows of max depth %d; want most of %d versions, depth %d", n, depth, len(ids), maxDeltaDepth)
 	}
-	var deltaBytes int64
-	for i, g := range grow[1:] {
-		if (i+1)%(maxDeltaDepth+1) != 0 { // the chain restarts with a full version
-			deltaBytes = max(deltaBytes, g)
+	// Each record's depth is the length of its chain.
+	for i, id := range ids {
+		hops, cur := 0, id
+		for ; hops <= maxDeltaDepth+1; hops++ {
+			var codec int64
+			var head []byte
+			if err := s.db.QueryRow(qDeltaHead, cur[:]).Scan(&codec, &head); err != nil {
+				t.Fatal(err)
+			}
+			if codec != codecDelta {
+				break
+			}
+			cur = ID(head[1:deltaHeader])
+		}
+		var head []byte
+		var codec int64
+		s.db.QueryRow(qDeltaHead, id[:]).Scan(&codec, &head)
+		if got := deltaDepth(codec, head); got != hops {
+			t.Errorf("version %d: depth %d, its chain has %d deltas", i, got, hops)
 		}
 	}
-	if deltaBytes > 400 || grow[0] < 4000 {
+	// A full chain restarts as a delta against its root (the full first
+	// version): every later version is a delta.
+	var deltaBytes int64
+	for _, g := range grow[1:] {
+		deltaBytes = max(deltaBytes, g)
+	}
+	if n != len(ids)-1 {
+		t.Errorf("%d delta rows for %d versions after the first", n, len(ids)-1)
+	}
+	if deltaBytes > 1500 || grow[0] < 4000 {
 		t.Errorf("a 1-line edit of a 50 KiB file stored up to %d bytes (the full version %d)", deltaBytes, grow[0])
 	}
-	t.Logf("full %d bytes, 1-line deltas up to %d bytes", grow[0], deltaBytes)
+	t.Logf("full %d bytes, 1-line deltas up to %d bytes: %v", grow[0], deltaBytes, grow)
 
 	// gc: only the last version reachable; its chain's bases stay.
 	last := commitFile(t, s, "main", ZeroID, "f", v)
