@@ -100,6 +100,8 @@ func TestSparseRoundTrip(t *testing.T) {
 	}
 
 	h.ok("import", src)
+	t.Logf("source: extents %v, %d bytes on disk", srcMap, srcDisk)
+	t.Logf("store after import: %d bytes on disk", duBytes(t, h.dir))
 	if d := duBytes(t, h.dir); d > maxDisk+512<<10 { // the empty store's database is ~0.3 MiB
 		t.Errorf("store after import: %d bytes on disk", d)
 	}
@@ -107,6 +109,8 @@ func TestSparseRoundTrip(t *testing.T) {
 	h.ok("export", "main", out)
 	if m, d := holeMap(t, filepath.Join(out, "big.img")); !slices.Equal(m, srcMap) || d > maxDisk {
 		t.Errorf("export of main: extents %v (source %v), %d bytes on disk", m, srcMap, d)
+	} else {
+		t.Logf("export of main: extents %v, %d bytes on disk", m, d)
 	}
 
 	h.ok("ws", "create", "sp")
@@ -114,6 +118,7 @@ func TestSparseRoundTrip(t *testing.T) {
 	h.ok("exec", "sp", "--sandbox", "none", "--", "/bin/sh", "-ec", "printf x >> big.img")
 	merged := strings.TrimSpace(h.ok("ws", "path", "sp").stdout)
 	upMap, upDisk := holeMap(t, filepath.Join(merged, "big.img"))
+	t.Logf("workspace (copied up): extents %v, %d bytes on disk", upMap, upDisk)
 	// Overlayfs copies a lower file up in 1 MiB pieces, skipping the
 	// pieces that are holes: one MiB per data block here.
 	if upDisk > 2*maxDisk+64<<10 {
@@ -121,12 +126,14 @@ func TestSparseRoundTrip(t *testing.T) {
 	}
 	h.ok("commit", "sp", "-m", "append")
 	// The store without the workspace's upper directory (checked above).
+	t.Logf("store after the commit, without the workspace: %d bytes on disk", duBytes(t, h.dir)-duBytes(t, filepath.Join(h.dir, "workspaces")))
 	if d := duBytes(t, h.dir) - duBytes(t, filepath.Join(h.dir, "workspaces")); d > maxDisk+512<<10 {
 		t.Errorf("store after the workspace and commit: %d bytes on disk", d)
 	}
 	out2 := filepath.Join(t.TempDir(), "ws")
 	h.ok("export", "ws/sp", out2)
 	m, d := holeMap(t, filepath.Join(out2, "big.img"))
+	t.Logf("export of the commit: extents %v, %d bytes on disk", m, d)
 	// The commit stores the zero runs of the upper file's 1 MiB pieces as
 	// holes too: the export's data extents lie within the workspace's, and
 	// cover the source's data blocks and the appended byte.
