@@ -54,6 +54,12 @@ const (
 
 // encodeDelta returns the delta record of p against base.
 func encodeDelta(p, base []byte, baseID ID, depth int) ([]byte, error) {
+	return encodeDeltaOpt(p, base, baseID, depth, true)
+}
+
+// encodeDeltaOpt is encodeDelta; dict false never tries the dictionary
+// (it returns nil when the middle would need it).
+func encodeDeltaOpt(p, base []byte, baseID ID, depth int, dict bool) ([]byte, error) {
 	pre := commonPrefix(p, base)
 	suf := commonSuffix(p[pre:], base[pre:])
 	mid := p[pre : len(p)-suf]
@@ -66,6 +72,9 @@ func encodeDelta(p, base []byte, baseID ID, depth int) ([]byte, error) {
 	case len(mid) < minCompress:
 		return append(append(out, midRaw), mid...), nil
 	case len(mid) >= midDictMin && len(base)-suf-pre >= midDictMin:
+		if !dict {
+			return nil, nil
+		}
 		enc, err := zstd.NewWriter(nil,
 			zstd.WithEncoderLevel(zstd.SpeedFastest),
 			zstd.WithEncoderConcurrency(1),
@@ -316,7 +325,12 @@ func baseAt(m []chunkAt, off int64) ID {
 
 // tryDelta returns the delta form of chunk p against base when that is
 // cheaper than full (the chunk's stored form on its own).
-func (w *Writer) tryDelta(p []byte, base ID, full []byte) ([]byte, bool) {
+//
+// A chunk that did not compress on its own (random or compressed data)
+// gets no dictionary delta: a new version of such data rarely shares more
+// than its ends, and the dictionary encoder would cost ~1 ms per chunk of
+// a large rewritten file.
+func (w *Writer) tryDelta(p []byte, base ID, full []byte, fullCodec int) ([]byte, bool) {
 	if base.IsZero() || len(p) < minDelta {
 		return nil, false
 	}
@@ -324,8 +338,8 @@ func (w *Writer) tryDelta(p []byte, base ID, full []byte) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	d, err := encodeDelta(p, bp, base, depth+1)
-	if err != nil || len(d) >= len(full) {
+	d, err := encodeDeltaOpt(p, bp, base, depth+1, fullCodec != codecNone)
+	if err != nil || d == nil || len(d) >= len(full) {
 		return nil, false
 	}
 	return d, true
