@@ -69,6 +69,7 @@ type FS struct {
 	dead    bool
 	crashOp string
 	faults  []*Fault
+	lies    bool
 	// Stats
 	savedBlocks, syncs int64
 }
@@ -276,6 +277,15 @@ func (l *FS) before(fd int, off, end int64) syscall.Errno {
 	return 0
 }
 
+// LieAboutSync makes fsync return success without making anything
+// durable (a disk that acknowledges its cache): for tests that the
+// harness's checks can fail.
+func (l *FS) LieAboutSync(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lies = on
+}
+
 // synced forgets the undo log of fd's file: it is durable.
 func (l *FS) synced(fd int) {
 	var st unix.Stat_t
@@ -285,6 +295,9 @@ func (l *FS) synced(fd int) {
 	k := fileKey{st.Dev, st.Ino}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.lies {
+		return
+	}
 	if u := l.undo[k]; u != nil {
 		unix.Close(u.fd)
 		delete(l.undo, k)
