@@ -101,6 +101,33 @@ func TestFaults(t *testing.T) {
 		})
 	}
 
+	t.Run("layer EIO", func(t *testing.T) {
+		// The layer cache is materialized when a workspace is created:
+		// an I/O error there fails the create naming the file, leaves no
+		// workspace and no half-written layer (fsck verifies the cache).
+		h := &home{t: t, dir: filepath.Join(mnt, "store-layer")}
+		src := filepath.Join(t.TempDir(), "src")
+		writeTree(t, src, 3)
+		h.ok("import", src)
+		l.SetFaults(&lazyfs.Fault{Op: "write", Path: "big.bin", Errno: syscall.EIO})
+		r := h.run("ws", "create", "w", "--tmpfs")
+		l.SetFaults()
+		if r.code == 0 {
+			h.run("ws", "rm", "--force", "w")
+			t.Fatalf("ws create with EIO writing the layer succeeded")
+		}
+		if !strings.Contains(r.stderr, "big.bin") || !strings.Contains(r.stderr, "input/output error") {
+			t.Errorf("ws create with EIO on the layer's big.bin: message does not name the file and the error:\n%s", r.stderr)
+		}
+		if out := h.ok("ws", "list").stdout; strings.Contains(out, "w ") || strings.Contains(out, "w\n") {
+			t.Errorf("the failed create left a workspace: %s", out)
+		}
+		h.fsckClean()
+		h.ok("ws", "create", "w", "--tmpfs")
+		h.ok("ws", "rm", "--force", "w")
+		h.fsckClean()
+	})
+
 	t.Run("export EIO", func(t *testing.T) {
 		h := newHome(t)
 		src := filepath.Join(t.TempDir(), "src")
