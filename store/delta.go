@@ -206,7 +206,7 @@ func deltaDepth(codec int64, data []byte) int {
 // txBase reads delta bases inside a transaction.
 func txBase(tx *Tx) baseReader {
 	return func(id ID) ([]byte, error) {
-		k, p, err := tx.Get(id)
+		k, p, err := tx.getRow(id, false)
 		if err == nil && k != KindChunk {
 			err = fmt.Errorf("delta base %s is a %v: %w", id.Short(), k, ErrCorrupt)
 		}

@@ -33,6 +33,12 @@ func (s *Store) hasObject(ctx context.Context, id ID) (bool, error) {
 
 // getObject reads and verifies one object outside any transaction.
 func (s *Store) getObject(ctx context.Context, id ID) (Kind, []byte, error) {
+	return s.getRow(ctx, id, true)
+}
+
+// getRow reads one object; verify false does not re-hash it (the inner
+// links of a delta chain, whose end is verified).
+func (s *Store) getRow(ctx context.Context, id ID, verify bool) (Kind, []byte, error) {
 	st, err := s.prepared(ctx, s.db, qGetObject)
 	if err != nil {
 		return 0, nil, err
@@ -46,10 +52,10 @@ func (s *Store) getObject(ctx context.Context, id ID) (Kind, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("read object %s: %w", id.Short(), mapErr(err))
 	}
-	p, err := decodeRecord(id, Kind(kind), codec, size, data, func(b ID) ([]byte, error) {
-		_, p, err := s.getObject(ctx, b)
+	p, err := decodeRow(id, Kind(kind), codec, size, data, func(b ID) ([]byte, error) {
+		_, p, err := s.getRow(ctx, b, false)
 		return p, err
-	})
+	}, verify)
 	if err != nil {
 		return 0, nil, err
 	}
