@@ -325,26 +325,37 @@ func baseAt(m []chunkAt, off int64) ID {
 	return m[i-1].id
 }
 
-// tryDelta returns the delta form of chunk p against base when that is
-// cheaper than full (the chunk's stored form on its own).
+// storeLike picks the stored form of a new chunk p that is a version of
+// base: a delta when cheaper than p compressed on its own, else that. A
+// delta of at most an eighth of p (a line edit) is taken without
+// compressing p at all: zstd does not shrink text that far, and the
+// compression would be most of the cost. The returned full form is what
+// insertBatch stores if the base is gone by then (p itself, raw, when p
+// was not compressed).
 //
-// A chunk that did not compress on its own (random or compressed data)
+// A chunk that does not compress on its own (random or compressed data)
 // gets no dictionary delta: a new version of such data rarely shares more
 // than its ends, and the dictionary encoder would cost ~1 ms per chunk of
 // a large rewritten file.
-func (w *Writer) tryDelta(p []byte, base ID, full []byte, fullCodec int) ([]byte, bool) {
-	if base.IsZero() || len(p) < minDelta {
-		return nil, false
+func (w *Writer) storeLike(p []byte, base ID) (codec int, data []byte, fullCodec int, full []byte) {
+	if len(p) >= minDelta {
+		if used, bp, depth, ok := w.s.deltaBase(w.ctx, base); ok {
+			d, err := encodeDeltaOpt(p, bp, used, depth+1, false)
+			if err == nil && d != nil && len(d) <= len(p)/8 {
+				return codecDelta, d, codecNone, p
+			}
+			codec, data = compress(p)
+			if err == nil && d == nil && codec != codecNone { // a large middle: try the dictionary
+				d, err = encodeDeltaOpt(p, bp, used, depth+1, true)
+			}
+			if err == nil && d != nil && len(d) < len(data) {
+				return codecDelta, d, codec, data
+			}
+			return codec, data, 0, nil
+		}
 	}
-	base, bp, depth, ok := w.s.deltaBase(w.ctx, base)
-	if !ok {
-		return nil, false
-	}
-	d, err := encodeDeltaOpt(p, bp, base, depth+1, fullCodec != codecNone)
-	if err != nil || d == nil || len(d) >= len(full) {
-		return nil, false
-	}
-	return d, true
+	codec, data = compress(p)
+	return codec, data, 0, nil
 }
 
 // baseExists reports whether the base of a delta record is in the store,

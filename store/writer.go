@@ -237,15 +237,13 @@ func (w *Writer) putLike(kind Kind, p []byte, own bool, base ID) (ID, error) {
 		}
 	}
 	if !exists {
-		rec.codec, rec.data = compress(p)
 		if kind == KindChunk && !base.IsZero() && base != id {
-			if d, ok := w.tryDelta(p, base, rec.data, rec.codec); ok {
-				rec.full, rec.fullCodec = rec.data, rec.codec
-				if rec.codec == codecNone && !own {
-					rec.full = bytes.Clone(p)
-				}
-				rec.codec, rec.data = codecDelta, d
+			rec.codec, rec.data, rec.fullCodec, rec.full = w.storeLike(p, base)
+			if rec.codec == codecDelta && rec.fullCodec == codecNone && !own {
+				rec.full = bytes.Clone(p)
 			}
+		} else {
+			rec.codec, rec.data = compress(p)
 		}
 	}
 	if rec.codec == codecNone {
