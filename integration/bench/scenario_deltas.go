@@ -90,12 +90,12 @@ func runDeltas(b *Bench) error {
 		if _, err := b.must("", "cp", "-a", src, gitDir); err != nil {
 			return err
 		}
-		for _, a := range [][]string{{"init", "-q"}, {"add", "-A"}, {"commit", "-q", "-m", "import"}, {"gc", "-q"}} {
+		for _, a := range [][]string{{"init", "-q"}, {"config", "gc.auto", "0"}, {"add", "-A"}, {"commit", "-q", "-m", "import"}, {"gc", "-q", "--prune=now"}} {
 			if err := git(a...); err != nil {
 				return err
 			}
 		}
-		packBefore = packBytes(gitDir)
+		packBefore = b.packBytes(gitDir)
 	} else {
 		b.skip("deltas", "git/grow", "git is not installed")
 	}
@@ -135,21 +135,28 @@ func runDeltas(b *Bench) error {
 		b.record("deltas", s.key+"/commit", unitNS, durs(s.lat), "")
 	}
 	if haveGit {
-		if err := git("gc", "-q"); err != nil {
+		if err := git("gc", "-q", "--prune=now"); err != nil {
 			return err
 		}
-		b.record("deltas", "git/grow", unitBytes, []float64{float64(packBytes(gitDir) - packBefore)}, fmt.Sprintf("%d commits, git gc", n))
+		b.record("deltas", "git/grow", unitBytes, []float64{float64(b.packBytes(gitDir) - packBefore)}, fmt.Sprintf("%d commits, git gc", n))
 	}
 	return nil
 }
 
-// packBytes is the size of a repository's packs.
-func packBytes(repo string) int64 {
+// packBytes is the size of a repository's objects after gc: its packs
+// plus anything left loose (`git count-objects -v`, in KiB).
+func (b *Bench) packBytes(repo string) int64 {
+	out, _, err := b.run(repo, nil, "git", "count-objects", "-v")
+	if err != nil {
+		return 0
+	}
 	var n int64
-	ms, _ := filepath.Glob(filepath.Join(repo, ".git", "objects", "pack", "*.pack"))
-	for _, m := range ms {
-		if st, err := os.Stat(m); err == nil {
-			n += st.Size()
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if ok && (k == "size" || k == "size-pack") {
+			var kib int64
+			fmt.Sscan(v, &kib)
+			n += kib << 10
 		}
 	}
 	return n
@@ -186,7 +193,7 @@ func reportDeltas(r *Results) []Table {
 		t.Rows = append(t.Rows, cells)
 	}
 	t.Notes = append([]string{
-		"Targets from the issue: store growth ≤ 1.5× git's pack of the same history; the 1-file commit no more than 1 ms slower. Growth is the sum of the commits' new_bytes (objects as stored); git's is the growth of its packs after `git gc`. Each checkpoint edits one line (`sed -i` in the workspace) and commits; baseline and new run interleaved, each on its own store.",
+		"Targets from the issue: store growth ≤ 1.5× git's pack of the same history; the 1-file commit no more than 1 ms slower. Growth is the sum of the commits' new_bytes (objects as stored); git's is the growth of its objects (packs and loose, `git count-objects -v`) after `git gc --prune=now`, with auto-gc off. Each checkpoint edits one line (`sed -i` in the workspace) and commits; baseline and new run interleaved, each on its own store.",
 	}, r.skips("deltas")...)
 	return []Table{t}
 }
