@@ -124,6 +124,11 @@ func TestSparseRoundTrip(t *testing.T) {
 	if upDisk > 2*maxDisk+64<<10 {
 		t.Errorf("the copied-up file in the workspace: %d bytes on disk, extents %v", upDisk, upMap)
 	}
+	// diff --stat decides binary from the first 8000 bytes of each side
+	// and reads no further.
+	if r := h.ok("diff", "--stat", "sp"); !strings.Contains(r.stdout, "big.img | Bin") {
+		t.Errorf("diff --stat: %s", r.stdout)
+	}
 	h.ok("commit", "sp", "-m", "append")
 	// The store without the workspace's upper directory (checked above).
 	t.Logf("store after the commit, without the workspace: %d bytes on disk", duBytes(t, h.dir)-duBytes(t, filepath.Join(h.dir, "workspaces")))
