@@ -99,6 +99,7 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 		BaseStats:      &mountBase.Stats,
 		Warn:           warn,
 		DeferStatCache: deferStatCache,
+		Previous:       base.Tree, // delta bases: the last commit's versions
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q: %w", name, err)

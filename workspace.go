@@ -248,6 +248,16 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		}
 		return nil, err
 	}
+	// Materialize the layer stack now, so that the first exec only mounts;
+	// before the workspace is registered, so that a failure (an I/O
+	// error, a full disk) leaves no workspace behind.
+	if _, err := r.layerStack(ctx, base); err != nil {
+		os.RemoveAll(dir)
+		if opts.Tmpfs {
+			os.RemoveAll(filepath.Dir(x.Upper))
+		}
+		return nil, fmt.Errorf("workspace %q: %w", name, err)
+	}
 	extra, _ := json.Marshal(x)
 	rec := &store.Workspace{Name: name, Branch: branch, Base: base, Dir: dir, CreatedNs: time.Now().UnixNano(), Extra: extra}
 	err = st.Update(ctx, func(tx *store.Tx) error {
@@ -272,10 +282,6 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		if opts.Tmpfs {
 			os.RemoveAll(filepath.Dir(x.Upper))
 		}
-		return nil, err
-	}
-	// Materialize the layer stack now, so that the first exec only mounts.
-	if _, err := r.layerStack(ctx, base); err != nil {
 		return nil, err
 	}
 	return r.describe(rec, x), nil

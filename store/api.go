@@ -63,6 +63,8 @@ type WriterStats struct {
 	NewBytes      int64 // bytes stored (after compression) for them
 	ReusedObjects int64 // objects that already existed
 	ContentBytes  int64 // bytes of content passed to WriteContent/WriteBytes
+	// Repaired lists damaged objects rewritten (Writer.Repair).
+	Repaired []ID `json:"-"`
 }
 
 // GCOptions tune a collection.

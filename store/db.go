@@ -354,7 +354,13 @@ func (s *Store) ReadOnly() bool { return s.ro }
 // migrations is the ordered list of schema changes; migration i takes the
 // schema from version i to i+1 (PRAGMA user_version). Append only: never
 // edit a migration that has shipped.
-var migrations = [][]string{schemaV1}
+var migrations = [][]string{schemaV1, schemaV2}
+
+// schemaV2: delta-coded chunks (codec 2, delta.go), indexed so that gc
+// finds them without reading the whole table.
+var schemaV2 = []string{
+	`CREATE INDEX objects_delta ON objects(rowid) WHERE codec = 2`,
+}
 
 // schemaVersion is the version this binary writes and understands.
 var schemaVersion = len(migrations)
@@ -542,6 +548,10 @@ func (s *Store) update(ctx context.Context, pool *sql.DB, fn func(tx *Tx) error)
 	}
 	done = true
 	if err := t.Commit(); err != nil {
+		if isCode(err, sqliteIOErr) {
+			// SQLite does not say which file or errno: name the store.
+			return fmt.Errorf("commit to %s: %w (the disk or filesystem failed; nothing of this transaction was stored)", s.path, mapErr(err))
+		}
 		return fmt.Errorf("commit: %w", mapErr(err))
 	}
 	return nil
@@ -626,6 +636,7 @@ func (tx *Tx) query(q string, args ...any) (*sql.Rows, error) {
 const (
 	sqliteBusy     = 5
 	sqliteReadOnly = 8
+	sqliteIOErr    = 10
 	sqliteCorrupt  = 11
 	sqliteFull     = 13
 	sqliteCantOpen = 14
