@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/stratafs/strata/nsexec"
@@ -250,8 +251,17 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 
 // Reset drops a workspace's uncommitted changes; with ref, it also moves
 // the workspace and its branch to ref (compare-and-swap, like git reset
-// --hard). Checkpoints are commits: resetting to one is the rollback. The
+// --hard); ref naming the branch's own head moves only the workspace (the
+// way out of a commit refused because the branch moved). Checkpoints are commits: resetting to one is the rollback. The
 // workspace's processes are ended first: its upper directory is replaced.
+//
+// Reset decides before it changes anything: a branch that moved since the
+// workspace's base fails it (ErrConflict) with the processes running and
+// the upper as it was. The workspace then moves to a fresh upper and work
+// directory in one registry transaction that also moves the branch; only
+// after it lands is the old upper removed. A failure, or a kill at any
+// instant, leaves either the old upper in force or the new one, never an
+// emptied upper under the old record (docs/workspaces.md, "Reset").
 func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 	w, x, err := r.loadWorkspace(ctx, name)
 	if err != nil {
@@ -263,51 +273,86 @@ func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 			return store.ZeroID, err
 		}
 	}
-	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil {
+	if err := needSubIDNS(name, x); err != nil {
 		return store.ZeroID, err
 	}
-	if err := clearDir(x.Upper); err != nil {
+	// Decide: the branch must still be where the workspace is based, or
+	// already at target (a reset onto the branch's head moves only the
+	// workspace).
+	if target != w.Base {
+		if err := r.view(ctx, func(tx *store.Tx) error {
+			head, err := tx.Ref(w.Branch)
+			if err != nil {
+				return fmt.Errorf("branch %q: %w", w.Branch, err)
+			}
+			if head != w.Base && head != target {
+				return fmt.Errorf("branch %q moved since workspace %q was based on %s (it is at %s now): nothing changed, the changes stay in the workspace; commit them elsewhere, or rebase the workspace: %w",
+					w.Branch, name, w.Base.Short(), head.Short(), ErrConflict)
+			}
+			return nil
+		}); err != nil {
+			return store.ZeroID, err
+		}
+	}
+	nu, nw, err := freshUpper(x)
+	if err != nil {
 		return store.ZeroID, fmt.Errorf("reset %q: %w", name, err)
 	}
-	if err := clearDir(x.Work); err != nil {
-		return store.ZeroID, fmt.Errorf("reset %q: %w", name, err)
+	dropNew := func() { _ = removeAll(nu); _ = removeAll(nw) }
+	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil && !errors.Is(err, nsexec.ErrNotRunning) {
+		dropNew()
+		return store.ZeroID, err
 	}
 	err = r.update(ctx, func(tx *store.Tx) error {
 		cur, err := tx.Workspace(name)
 		if err != nil {
 			return err
 		}
-		if target != cur.Base {
+		var cx wsExtra
+		_ = json.Unmarshal(cur.Extra, &cx)
+		if cur.Base != w.Base || filepath.Base(cx.Upper) != filepath.Base(x.Upper) {
+			return fmt.Errorf("workspace %q was committed or reset by another process meanwhile: nothing changed: %w", name, ErrConflict)
+		}
+		head, err := tx.Ref(cur.Branch)
+		if err != nil {
+			return fmt.Errorf("branch %q: %w", cur.Branch, err)
+		}
+		if target != cur.Base && head != target {
 			if err := tx.SetRef(cur.Branch, cur.Base, target); err != nil {
-				return fmt.Errorf("branch %q moved meanwhile: %w", cur.Branch, err)
+				return fmt.Errorf("branch %q moved meanwhile: nothing changed: %w", cur.Branch, err)
 			}
 			if err := tx.AppendOp(store.Op{Kind: "reset", Ref: cur.Branch, Old: cur.Base, New: target, Detail: name}); err != nil {
 				return err
 			}
 		}
-		var cx wsExtra
-		_ = json.Unmarshal(cur.Extra, &cx)
 		cx.MountBase = target.String()
+		cx.Upper, cx.Work = nu, nw
 		cur.Extra, _ = json.Marshal(cx)
 		cur.Base = target
 		return tx.PutWorkspace(cur)
 	})
-	return target, err
+	if err != nil {
+		dropNew()
+		return store.ZeroID, err
+	}
+	// The registry names the new upper: the old one is garbage now.
+	_ = removeAll(x.Upper)
+	_ = removeAll(x.Work)
+	return target, nil
 }
 
-// clearDir empties dir, keeping dir itself.
-func clearDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return os.MkdirAll(dir, 0o700)
-		}
-		return err
+// freshUpper makes a new, empty upper and work directory beside a
+// workspace's current ones (named upper.<random>, work.<random>).
+func freshUpper(x wsExtra) (upper, work string, err error) {
+	dir := filepath.Dir(x.Upper)
+	suffix := randomHex(6)
+	upper, work = filepath.Join(dir, "upper."+suffix), filepath.Join(dir, "work."+suffix)
+	if err := os.Mkdir(upper, 0o700); err != nil {
+		return "", "", err
 	}
-	for _, e := range ents {
-		if err := removeAll(dir + "/" + e.Name()); err != nil {
-			return err
-		}
+	if err := os.Mkdir(work, 0o700); err != nil {
+		_ = os.Remove(upper)
+		return "", "", err
 	}
-	return nil
+	return upper, work, nil
 }

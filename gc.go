@@ -124,6 +124,28 @@ func (r *Repo) removeStale(wss []store.Workspace) []string {
 		var st unix.Stat_t
 		return unix.Lstat(p, &st) == nil && time.Since(time.Unix(st.Ctim.Unix())) > staleAfter
 	}
+	// Uppers a reset replaced (or made, then was killed before its
+	// transaction) that the registry no longer names.
+	for i := range wss {
+		var x wsExtra
+		_ = json.Unmarshal(wss[i].Extra, &x)
+		r.relocate(&wss[i], &x)
+		dir := filepath.Dir(x.Upper)
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			n := e.Name()
+			if n != "upper" && n != "work" && !strings.HasPrefix(n, "upper.") && !strings.HasPrefix(n, "work.") {
+				continue
+			}
+			if p == x.Upper || p == x.Work || !old(p) {
+				continue
+			}
+			if removeAll(p) == nil {
+				removed = append(removed, p)
+			}
+		}
+	}
 	for _, root := range []string{filepath.Join(r.home, workspacesDir), r.tmpfsRoot()} {
 		ents, err := os.ReadDir(root)
 		if err != nil {

@@ -359,7 +359,15 @@ func (r *Repo) loadWorkspace(ctx context.Context, name string) (*store.Workspace
 func (r *Repo) relocate(w *store.Workspace, x *wsExtra) {
 	w.Dir = r.wsDir(w.Name)
 	if !x.Tmpfs {
-		x.Upper, x.Work = filepath.Join(w.Dir, "upper"), filepath.Join(w.Dir, "work")
+		// A reset moves a workspace to a fresh upper.<random> (Reset).
+		upper, work := "upper", "work"
+		if b := filepath.Base(x.Upper); x.Upper != "" && strings.HasPrefix(b, "upper.") {
+			upper = b
+		}
+		if b := filepath.Base(x.Work); x.Work != "" && strings.HasPrefix(b, "work.") {
+			work = b
+		}
+		x.Upper, x.Work = filepath.Join(w.Dir, upper), filepath.Join(w.Dir, work)
 	}
 }
 

@@ -17,10 +17,11 @@ import (
 )
 
 // TestCrash kills strata with SIGKILL at random instants during import,
-// commit, promote and gc, and after every kill checks the store: fsck is
-// clean (so every branch points at a complete commit), every commit that
-// strata acknowledged is still there, and a workspace whose commit was
-// interrupted still has its changes. STRATA_CRASH_KILLS sets how many kills
+// commit, promote, reset and gc, and after every kill checks the store:
+// fsck is clean (so every branch points at a complete commit), every commit
+// that strata acknowledged is still there, a workspace whose commit was
+// interrupted still has its changes, and one whose reset was interrupted
+// has all of them or none (the reset landed), never a part. STRATA_CRASH_KILLS sets how many kills
 // (make test: a short run; make crash: 500).
 func TestCrash(t *testing.T) {
 	kills := 40
@@ -57,14 +58,14 @@ func TestCrash(t *testing.T) {
 	// duration, a killed one (it would have taken longer than the delay)
 	// raises it a little, so that an operation slower than its first
 	// guess is not killed every time.
-	dur := map[string]time.Duration{"import": 100 * time.Millisecond, "commit": 30 * time.Millisecond, "promote": 30 * time.Millisecond, "gc": 50 * time.Millisecond}
+	dur := map[string]time.Duration{"import": 100 * time.Millisecond, "commit": 30 * time.Millisecond, "promote": 30 * time.Millisecond, "gc": 50 * time.Millisecond, "reset": 30 * time.Millisecond}
 	killed, completed, iterations := 0, 0, 0
 	for i := 0; killed < kills; i++ {
 		iterations++
 		var op string
 		var args []string
 		ws := wss[rng.Intn(len(wss))]
-		switch rng.Intn(4) {
+		switch rng.Intn(5) {
 		case 0:
 			op = "import"
 			// Change a few files so that each import writes something.
@@ -90,6 +91,14 @@ func TestCrash(t *testing.T) {
 		case 3:
 			op = "gc"
 			args = []string{"--json", "gc", "--prune", "0s"}
+		case 4:
+			op = "reset"
+			args = []string{"--json", "reset", ws}
+			if rng.Intn(2) == 0 {
+				// Onto its branch's head, by name (a reset onto
+				// another ref would leave acknowledged commits to gc).
+				args = append(args, "ws/"+ws)
+			}
 		}
 		delay := time.Duration(rng.Int63n(int64(2*dur[op]) + 1))
 		r, took, wasKilled := runKilled(t, h, delay, args...)
@@ -114,7 +123,7 @@ func TestCrash(t *testing.T) {
 				case op != "gc":
 					acked[res.Commit] = op + " " + strings.Join(args, " ")
 				}
-				if op == "commit" {
+				if op == "commit" || op == "reset" {
 					pending[ws] = nil
 				}
 			case r.code == 3 && op == "promote":
@@ -126,6 +135,23 @@ func TestCrash(t *testing.T) {
 		} else {
 			killed++
 			dur[op] += dur[op] / 8
+			if op == "reset" && len(pending[ws]) > 0 {
+				// All of the uncommitted markers, or none: a reset
+				// replaces the upper in one transaction.
+				present := 0
+				for _, m := range pending[ws] {
+					if h.run("exec", ws, "--", "test", "-f", m).code == 0 {
+						present++
+					}
+				}
+				switch present {
+				case 0:
+					pending[ws] = nil
+				case len(pending[ws]):
+				default:
+					t.Fatalf("reset of %s killed after %s: %d of %d uncommitted markers left, want all or none", ws, delay, present, len(pending[ws]))
+				}
+			}
 		}
 		if r := h.run("fsck"); r.code != 0 {
 			t.Fatalf("after %s (killed=%v after %s): fsck: %s", op, wasKilled, delay, r)
