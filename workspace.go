@@ -248,6 +248,20 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		}
 		return nil, err
 	}
+	undo := func() {
+		_ = removeAll(dir)
+		if opts.Tmpfs {
+			_ = removeAll(filepath.Dir(x.Upper))
+		}
+	}
+	// Materialize the layer stack before the workspace is registered, so
+	// that the first exec only mounts, and so that a create that cannot
+	// (no space for the layers) leaves nothing registered: it fully
+	// succeeds or changes nothing.
+	if _, err := r.layerStack(ctx, base); err != nil {
+		undo()
+		return nil, fmt.Errorf("workspace %q: nothing created: %w", name, err)
+	}
 	extra, _ := json.Marshal(x)
 	rec := &store.Workspace{Name: name, Branch: branch, Base: base, Dir: dir, CreatedNs: time.Now().UnixNano(), Extra: extra}
 	err = st.Update(ctx, func(tx *store.Tx) error {
@@ -268,14 +282,7 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		return tx.AppendOp(store.Op{Kind: "ws-create", Ref: branch, New: base, Detail: name})
 	})
 	if err != nil {
-		os.RemoveAll(dir)
-		if opts.Tmpfs {
-			os.RemoveAll(filepath.Dir(x.Upper))
-		}
-		return nil, err
-	}
-	// Materialize the layer stack now, so that the first exec only mounts.
-	if _, err := r.layerStack(ctx, base); err != nil {
+		undo()
 		return nil, err
 	}
 	return r.describe(rec, x), nil

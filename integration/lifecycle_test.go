@@ -51,3 +51,32 @@ func TestResetDecidesFirst(t *testing.T) {
 	h.ok("commit", "b")
 	h.fsckClean()
 }
+
+// TestBranchDeleteRefusesForked pins issue 12's defect 6: `branch delete
+// main` succeeded while workspaces were forked from it, and afterwards
+// `branch create X` failed ("ref main: no such branch"). It must exit 3
+// naming the workspaces and change nothing, unless --force; a branch a
+// workspace is bound to is refused even with --force.
+func TestBranchDeleteRefusesForked(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	h.ok("ws", "create", "a")
+	defer h.run("ws", "rm", "--force", "a")
+	h.ok("ws", "create", "b")
+	defer h.run("ws", "rm", "--force", "b")
+	r := h.fails(3, "branch", "delete", "main")
+	for _, w := range []string{"a", "b"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("refusal does not name workspace %s:\n%s", w, r)
+		}
+	}
+	h.ok("branch", "create", "x")
+	r = h.fails(3, "branch", "delete", "--force", "ws/a")
+	if !strings.Contains(r.stderr, `"a"`) && !strings.Contains(r.stderr, " a ") {
+		t.Errorf("refusal does not name workspace a:\n%s", r)
+	}
+	h.ok("branch", "delete", "--force", "main")
+	h.fails(1, "log", "main")
+}
