@@ -24,12 +24,15 @@ type CommitResult struct {
 	Stats     store.CommitStats `json:"stats"`
 	// Clean is true when the workspace had nothing to commit: no commit
 	// was made and Commit is the workspace's base.
-	Clean      bool  `json:"clean"`
-	Changed    int   `json:"changed"`
-	FilesRead  int64 `json:"files_read"`
-	NewObjects int64 `json:"new_objects"`
-	NewBytes   int64 `json:"new_bytes"`
-	DurationNs int64 `json:"duration_ns"`
+	Clean   bool `json:"clean"`
+	Changed int  `json:"changed"`
+	// Incremental: only what changed since the last commit was read and
+	// applied (the committed-state index held); otherwise the whole upper.
+	Incremental bool  `json:"incremental"`
+	FilesRead   int64 `json:"files_read"`
+	NewObjects  int64 `json:"new_objects"`
+	NewBytes    int64 `json:"new_bytes"`
+	DurationNs  int64 `json:"duration_ns"`
 }
 
 // tree of a workspace: what its merged view holds now.
@@ -39,6 +42,11 @@ type wsTree struct {
 	base   *store.Commit // the workspace's base commit
 	tree   store.ID      // the merged view as a tree
 	result *snapshot.ApplyResult
+	// The upper as it was read, for the committed-state index; nil when
+	// the upper is empty or could not be walked.
+	state   *upperState
+	changes []overlayfs.Change
+	delta   bool // applied only the changes since the last commit, to base
 }
 
 // workspaceTree reads a workspace's upper directory into a tree through
@@ -95,16 +103,44 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
 	}
-	res, err := snapshot.ApplyUpper(ctx, st, wr, mountBase.Tree, upperChanges(changes), snapshot.ApplyOptions{
-		StatCacheRoot:  x.Upper,
-		BaseStats:      &mountBase.Stats,
-		Warn:           warn,
-		DeferStatCache: deferStatCache,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("workspace %q: %w", name, err)
+	// Since the last commit (the committed-state index), or everything
+	// the upper holds over the mount base's stack.
+	applyTo, applyStats, ucs := mountBase.Tree, mountBase.Stats, []snapshot.UpperChange(nil)
+	state, werr := walkUpper(x.Upper)
+	if werr != nil {
+		state = nil
 	}
-	out.tree, out.result = res.Tree, res
+	if idx := r.loadCommittedIndex(w, x); idx != nil && state != nil {
+		if d, ok := idx.deltaSince(state, changes, x.Upper, lowers); ok {
+			applyTo, applyStats, ucs = base.Tree, base.Stats, d
+			out.delta = true
+		}
+	}
+	if !out.delta {
+		ucs = upperChanges(changes)
+	}
+	out.state, out.changes = state, changes
+	if out.delta && len(ucs) == 0 {
+		out.tree = base.Tree
+		out.result = &snapshot.ApplyResult{Tree: base.Tree, Stats: base.Stats}
+	} else {
+		res, err := snapshot.ApplyUpper(ctx, st, wr, applyTo, ucs, snapshot.ApplyOptions{
+			StatCacheRoot:  x.Upper,
+			BaseStats:      &applyStats,
+			Warn:           warn,
+			DeferStatCache: deferStatCache,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("workspace %q: %w", name, err)
+		}
+		out.tree, out.result = res.Tree, res
+	}
+	if state != nil {
+		// The index about to record these ctimes must not see a later
+		// change carry one of them: the processes stay stopped until
+		// the clock has moved past (at most a tick).
+		waitPastCtimes(state.maxCtime)
+	}
 	return out, nil
 }
 
@@ -193,10 +229,12 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	out := &CommitResult{
 		Parent: w.Base, Branch: w.Branch, Workspace: name,
 		Stats: wt.result.Stats, Changed: wt.result.Changed, FilesRead: wt.result.FilesRead,
+		Incremental: wt.delta,
 	}
 	if wt.tree == wt.base.Tree {
 		out.Clean, out.Commit = true, w.Base
 		out.Stats = wt.base.Stats
+		r.saveCommittedIndex(w, wt.x, w.Base, wt.state, wt.changes)
 		if save := wt.result.SaveStatCache; save != nil {
 			// Nothing to commit, but what was read is worth remembering.
 			return out, wr.Finish(save)
@@ -244,6 +282,11 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	if err != nil {
 		return nil, err
 	}
+	// The upper as read is now the base: later commits read only what
+	// changes since (written after the transaction, so that a crash
+	// leaves an index of the old base, which is ignored).
+	w.Base = out.Commit
+	r.saveCommittedIndex(w, wt.x, out.Commit, wt.state, wt.changes)
 	ws := wr.Stats()
 	out.NewObjects, out.NewBytes = ws.NewObjects, ws.NewBytes
 	return out, nil

@@ -312,7 +312,7 @@ func (r *Repo) describe(w *store.Workspace, x wsExtra) *Workspace {
 	if k, err := nsexec.FindKeeper(w.Dir); err == nil {
 		out.State, out.PID, out.Path = "running", k.PID, k.Path()
 	}
-	out.Changes = dirBytes(x.Upper)
+	_, out.Changes = r.uncommitted(w, x)
 	return out
 }
 
@@ -577,7 +577,7 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 	if err != nil {
 		return err
 	}
-	if !force && !dirEmpty(x.Upper) {
+	if dirty, _ := r.uncommitted(w, x); !force && dirty {
 		return fmt.Errorf("workspace %q has uncommitted changes (%s): commit them, or remove it with --force to discard them: %w",
 			name, x.Upper, ErrConflict)
 	}

@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,4 +81,82 @@ func TestBranchDeleteRefusesForked(t *testing.T) {
 	}
 	h.ok("branch", "delete", "--force", "main")
 	h.fails(1, "log", "main")
+}
+
+// TestCleanAfterCommit pins issue 12's defect 2: right after a commit, `ws
+// rm` refused ("uncommitted changes") while diff was empty, `ws list`
+// CHANGES showed the old size, and every commit re-read all that the
+// workspace ever changed (five 1-file commits read 1, 2, 3, 4, 5 files).
+// After a commit the workspace is clean by every measure and the next
+// commit reads only what changed since; what it commits is still the whole
+// merged view, through deletions, renames and new directories.
+func TestCleanAfterCommit(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	h.ok("ws", "create", "w")
+	defer h.run("ws", "rm", "--force", "w")
+	type commitRes struct {
+		Commit      string `json:"commit"`
+		Clean       bool   `json:"clean"`
+		FilesRead   int64  `json:"files_read"`
+		Incremental bool   `json:"incremental"`
+	}
+	for i := 0; i < 5; i++ {
+		h.ok("exec", "w", "--", "sh", "-c", "echo "+itoa(i)+" > new"+itoa(i)+".txt")
+		var c commitRes
+		h.okJSON(&c, "commit", "w")
+		if c.FilesRead != 1 {
+			t.Errorf("commit %d read %d files, want 1 (only what changed since the last commit)", i+1, c.FilesRead)
+		}
+		var wl []struct {
+			Name    string `json:"name"`
+			Changes int64  `json:"changes_bytes"`
+		}
+		for _, line := range strings.Split(strings.TrimSpace(h.ok("ws", "list", "--json").stdout), "\n") {
+			var one struct {
+				Name    string `json:"name"`
+				Changes int64  `json:"changes_bytes"`
+			}
+			if err := json.Unmarshal([]byte(line), &one); err == nil {
+				wl = append(wl, one)
+			} else if err := json.Unmarshal([]byte(line), &wl); err != nil {
+				t.Fatalf("ws list --json: %v\n%s", err, line)
+			}
+		}
+		for _, e := range wl {
+			if e.Name == "w" && e.Changes != 0 {
+				t.Errorf("after commit %d: ws list CHANGES = %d, want 0", i+1, e.Changes)
+			}
+		}
+	}
+	// Every kind of change, committed in steps; each commit must equal
+	// the merged view.
+	steps := []string{
+		"echo changed > src/app.txt && rm docs/readme && mkdir -p fresh/sub && echo f > fresh/sub/f",
+		"rm new1.txt && rm -rf fresh && mkdir fresh && echo again > fresh/g && chmod 700 tree",
+		"mv new2.txt tree/a/moved.txt && echo x >> tree/a/b/t1 && ln -sf app.txt src/lnk",
+		"rm -rf tree/a && mkdir -p tree/a && echo back > tree/a/only && touch -r src/run.sh src/app.txt",
+		"echo more > fresh/g2 && rm fresh/g && chmod 755 tree",
+	}
+	for i, s := range steps {
+		h.ok("exec", "w", "--", "sh", "-c", s)
+		var c commitRes
+		h.okJSON(&c, "commit", "w")
+		if !c.Incremental {
+			t.Errorf("step %d (%s): the commit read the whole upper, want only the changes since the last commit", i+1, s)
+		}
+		exp := filepath.Join(t.TempDir(), "exp")
+		h.ok("export", c.Commit, exp)
+		view := strings.TrimSpace(h.ok("ws", "path", "w").stdout)
+		if out, err := exec.Command("diff", "-r", "--no-dereference", exp, view).CombinedOutput(); err != nil {
+			t.Fatalf("step %d (%s): the commit differs from the merged view: %v\n%s", i+1, s, err, out)
+		}
+		if r := h.ok("diff", "w", "--stat"); strings.TrimSpace(r.stdout) != "" {
+			t.Errorf("step %d: not clean after commit:\n%s", i+1, r.stdout)
+		}
+	}
+	h.ok("ws", "rm", "w")
+	h.fsckClean()
 }
