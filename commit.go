@@ -254,8 +254,8 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 			return err
 		}
 		if err := tx.SetRef(w.Branch, w.Base, id); err != nil {
-			return fmt.Errorf("branch %q moved since workspace %q was based on %s (another commit or a promote); the changes stay in the workspace — reset it onto the branch or commit them elsewhere: %w",
-				w.Branch, name, w.Base.Short(), err)
+			return fmt.Errorf("branch %q moved since workspace %q was based on %s (another commit or a promote); the changes stay in the workspace — `strata rebase %s` moves them onto the branch (or reset it onto the branch to drop them): %w",
+				w.Branch, name, w.Base.Short(), name, err)
 		}
 		cur, err := tx.Workspace(name)
 		if err != nil {

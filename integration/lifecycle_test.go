@@ -160,3 +160,87 @@ func TestCleanAfterCommit(t *testing.T) {
 	h.ok("ws", "rm", "w")
 	h.fsckClean()
 }
+
+// TestRebase pins issue 12's defect 3 (no way forward for a workspace
+// whose branch moved): `strata rebase NAME [REF]` merges the workspace's
+// commits and uncommitted changes onto REF three ways; on conflict it
+// exits 3, lists the paths and changes nothing; --conflict=markers writes
+// git-style markers for an agent to resolve and commit.
+func TestRebase(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	h.ok("branch", "create", "feat")
+	for _, w := range []string{"a", "b"} {
+		h.ok("ws", "create", w, "--branch", "feat")
+		defer h.run("ws", "rm", "--force", w)
+	}
+	// Disjoint changes: b's uncommitted work lands on a's commit.
+	h.ok("exec", "a", "--", "sh", "-c", "echo a > a.txt && printf 'line 1 a\\nline 2\\nline 3\\n' > src/app.txt")
+	h.ok("commit", "a")
+	h.ok("exec", "b", "--", "sh", "-c", "echo b > b.txt && printf 'line 1\\nline 2\\nline 3 b\\n' > src/app.txt")
+	h.fails(3, "commit", "b")
+	h.ok("rebase", "b")
+	if got := h.ok("exec", "b", "--", "cat", "src/app.txt", "a.txt", "b.txt").stdout; got != "line 1 a\nline 2\nline 3 b\na\nb\n" {
+		t.Errorf("after rebase: %q", got)
+	}
+	if r := h.ok("diff", "b", "--name-status"); !strings.Contains(r.stdout, "b.txt") || strings.Contains(r.stdout, "a.txt") {
+		t.Errorf("after rebase, b's uncommitted changes are not exactly its own:\n%s", r.stdout)
+	}
+	h.ok("commit", "b")
+
+	// A conflict: refused, nothing changed; then markers.
+	h.ok("exec", "a", "--", "true") // a is behind now
+	h.ok("rebase", "a")
+	h.ok("exec", "a", "--", "sh", "-c", "printf 'line 1 a\\nline 2 A\\nline 3 b\\n' > src/app.txt")
+	h.ok("commit", "a")
+	h.ok("exec", "b", "--", "sh", "-c", "printf 'line 1 a\\nline 2 B\\nline 3 b\\n' > src/app.txt && echo more > b2.txt")
+	before := h.ok("ws", "list").stdout
+	r := h.fails(3, "rebase", "b")
+	if !strings.Contains(r.stderr, "src/app.txt") || !strings.Contains(r.stderr, "nothing was changed") {
+		t.Errorf("conflicting rebase does not list the path or say nothing changed:\n%s", r)
+	}
+	if got := h.ok("exec", "b", "--", "cat", "src/app.txt").stdout; got != "line 1 a\nline 2 B\nline 3 b\n" {
+		t.Errorf("a refused rebase changed the workspace: %q", got)
+	}
+	if after := h.ok("ws", "list").stdout; after != before {
+		t.Errorf("a refused rebase changed the registry:\n%s\n%s", before, after)
+	}
+	h.ok("rebase", "b", "--conflict=markers")
+	got := h.ok("exec", "b", "--", "cat", "src/app.txt").stdout
+	want := "line 1 a\n<<<<<<< feat\nline 2 A\n=======\nline 2 B\n>>>>>>> b\nline 3 b\n"
+	if got != want {
+		t.Errorf("markers: got %q, want %q", got, want)
+	}
+	h.ok("exec", "b", "--", "test", "-f", "b2.txt")
+	h.ok("exec", "b", "--", "sh", "-c", "printf 'line 1 a\\nline 2 AB\\nline 3 b\\n' > src/app.txt")
+	h.ok("commit", "b")
+
+	// A workspace's own commits are carried onto another ref.
+	h.ok("ws", "create", "c")
+	defer h.run("ws", "rm", "--force", "c")
+	h.ok("ws", "create", "d")
+	defer h.run("ws", "rm", "--force", "d")
+	h.ok("exec", "c", "--", "sh", "-c", "echo c > c.txt")
+	var cp struct {
+		Commit string `json:"commit"`
+	}
+	h.okJSON(&cp, "commit", "c", "-m", "c's checkpoint")
+	h.ok("exec", "c", "--", "sh", "-c", "echo c2 > c2.txt")
+	h.ok("exec", "d", "--", "sh", "-c", "echo d > d.txt")
+	h.ok("commit", "d")
+	h.ok("promote", "d")
+	h.ok("rebase", "c", "main")
+	h.ok("exec", "c", "--", "test", "-f", "d.txt")
+	h.ok("exec", "c", "--", "test", "-f", "c.txt")
+	if got := h.ok("diff", "c", "--name-status").stdout; !strings.Contains(got, "c2.txt") || strings.Contains(got, "c.txt\n") && !strings.Contains(got, "c2.txt") {
+		t.Errorf("c's uncommitted change after rebase:\n%s", got)
+	}
+	if got := h.ok("show", "ws/c").stdout; !strings.Contains(got, "parent "+cp.Commit) {
+		t.Errorf("c's checkpoint is not a parent of its branch's head after rebase:\n%s", got)
+	}
+	h.ok("commit", "c")
+	h.ok("promote", "c")
+	h.fsckClean()
+}
