@@ -260,6 +260,9 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 	// succeeds or changes nothing.
 	if _, err := r.layerStack(ctx, base); err != nil {
 		undo()
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			return nil, r.noSpace(fmt.Sprintf("ws create %s: nothing created: writing its layers: %v", name, err))
+		}
 		return nil, fmt.Errorf("workspace %q: nothing created: %w", name, err)
 	}
 	extra, _ := json.Marshal(x)
@@ -583,6 +586,22 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 	}
 	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil && !errors.Is(err, nsexec.ErrNotRunning) {
 		return err
+	}
+	if st, err := r.db(); err == nil && st.Full() {
+		// A full filesystem: the registry cannot be written until space
+		// is freed. With --force the changes are being discarded anyway:
+		// they go first, which frees their space when the upper is on
+		// the store's filesystem.
+		if !force {
+			return r.noSpace(fmt.Sprintf("ws rm %s", name))
+		}
+		_ = removeAll(x.Upper)
+		_ = removeAll(x.Work)
+		if st, err := r.reopen(); err != nil {
+			return err
+		} else if st.Full() {
+			return r.noSpace(fmt.Sprintf("ws rm %s: its changes were removed but its record remains (run it again once there is space)", name))
+		}
 	}
 	err = r.update(ctx, func(tx *store.Tx) error {
 		if err := tx.DeleteWorkspace(name); err != nil {

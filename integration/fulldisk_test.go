@@ -70,6 +70,15 @@ func (s *smallFS) fill(keep int64) {
 	}
 }
 
+// full reports whether less than a page is left.
+func (s *smallFS) full() bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.dir, &st); err != nil {
+		s.t.Fatal(err)
+	}
+	return int64(st.Bavail)*st.Bsize < 4096
+}
+
 func (s *smallFS) free() {
 	s.t.Helper()
 	if err := os.Remove(s.filler); err != nil {
@@ -99,7 +108,7 @@ func TestCreateNoSpaceRegistersNothing(t *testing.T) {
 	if r.code == 0 {
 		t.Fatalf("ws create on a full store succeeded:\n%s", r)
 	}
-	if !strings.Contains(r.stderr, "no space left on") {
+	if !strings.Contains(r.stderr, "no space left on "+fs.dir) {
 		t.Errorf("ws create on a full store does not say no space left:\n%s", r)
 	}
 	fs.free()
@@ -112,5 +121,51 @@ func TestCreateNoSpaceRegistersNothing(t *testing.T) {
 	h.ok("ws", "create", "x")
 	defer h.run("ws", "rm", "--force", "x")
 	h.ok("exec", "x", "--", "test", "-f", "big.bin")
+	h.fsckClean()
+}
+
+// TestFullDisk pins issue 12's defect 4: with the store's filesystem at
+// 100 %, every command failed with "open store …: disk I/O error" —
+// fsck, show, ws list, ws rm -f, gc, the ones needed to free space — and a
+// file deleted inside a workspace freed nothing while the workspace held
+// it. Read-only commands must work on the full store, writing ones fail
+// saying "no space left on <fs>" and what to remove, and ws stop, ws rm -f
+// and gc free space.
+func TestFullDisk(t *testing.T) {
+	fs := newSmallFS(t, "32m")
+	h := &home{t: t, dir: filepath.Join(fs.dir, "store")}
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	h.ok("ws", "create", "w")
+	h.ok("exec", "w", "--", "sh", "-c", "echo x > x && head -c 1000000 /dev/urandom > y")
+	h.ok("commit", "w")
+	h.ok("exec", "w", "--", "sh", "-c", "echo u > u")
+	// A file deleted inside while a process of the workspace holds it.
+	h.ok("exec", "w", "--", "sh", "-c", "head -c 4000000 /dev/urandom > held && setsid sleep 1000 < held > /dev/null 2>&1 & sleep 0.2; rm -f held")
+	fs.fill(0)
+	if !fs.full() {
+		t.Fatalf("%s is not full after filling it", fs.dir)
+	}
+	for _, args := range [][]string{{"fsck"}, {"show", "main"}, {"log"}, {"ws", "list"}, {"diff", "main"}, {"branch", "list"}} {
+		h.ok(args...)
+	}
+	for _, args := range [][]string{{"commit", "w"}, {"import", src}, {"diff", "w"}} {
+		r := h.run(args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "no space left on "+fs.dir) || !strings.Contains(r.stderr, "ws rm -f") {
+			t.Errorf("strata %s on a full store: want a failure naming %s and what to remove, got %s", strings.Join(args, " "), fs.dir, r)
+		}
+	}
+	h.ok("ws", "stop", "w")
+	if fs.full() {
+		t.Errorf("ws stop did not release the file deleted inside the workspace")
+	}
+	fs.fill(0)
+	h.ok("ws", "rm", "-f", "w")
+	if out := h.ok("ws", "list").stdout; strings.Contains(out, "w ") {
+		t.Errorf("ws rm -f on a full store left the workspace:\n%s", out)
+	}
+	h.ok("gc", "--prune", "0s")
+	fs.free()
 	h.fsckClean()
 }
