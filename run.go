@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/glob"
 	"github.com/stratafs/strata/internal/textdiff"
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/overlayfs"
@@ -472,7 +473,7 @@ func policyCheck(diff []snapshot.Change, protect []string) []Violation {
 	var out []Violation
 	for _, c := range diff {
 		for _, g := range protect {
-			if globMatch(g, c.Path) {
+			if glob.Match(g, c.Path) {
 				out = append(out, Violation{Path: c.Path, Reason: "protected by --protect " + g})
 				break
 			}
@@ -501,38 +502,6 @@ func escapes(p, target string) bool {
 	}
 	j := path.Join(path.Dir(p), target)
 	return j == ".." || strings.HasPrefix(j, "../")
-}
-
-// globMatch matches a slash-separated path against a glob where `**`
-// matches any number of path elements and a glob without a slash matches
-// the base name at any depth.
-func globMatch(glob, p string) bool {
-	if !strings.Contains(glob, "/") {
-		ok, _ := path.Match(glob, path.Base(p))
-		return ok
-	}
-	return matchParts(strings.Split(glob, "/"), strings.Split(p, "/"))
-}
-
-func matchParts(g, p []string) bool {
-	for len(g) > 0 {
-		if g[0] == "**" {
-			for i := 0; i <= len(p); i++ {
-				if matchParts(g[1:], p[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(p) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(g[0], p[0]); !ok {
-			return false
-		}
-		g, p = g[1:], p[1:]
-	}
-	return len(p) == 0
 }
 
 // adoptRun registers a kept run as a workspace named name.

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/glob"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -78,7 +79,7 @@ func TestGlobMatch(t *testing.T) {
 		{"src/**/*.go", "src/x.go", true},
 		{"src/**/*.go", "lib/x.go", false},
 	} {
-		if got := globMatch(tc.glob, tc.path); got != tc.want {
+		if got := glob.Match(tc.glob, tc.path); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v; want %v", tc.glob, tc.path, got, tc.want)
 		}
 	}

@@ -19,7 +19,7 @@ only overlayfs                   # mount options as data and the upper reader: n
 only landlock                    # a pure plan per ABI: no store, no mounts
 only seccomp                     # a pure plan: no store, no mounts
 only snapshot store internal/    # trees over the store; the layer cache is its own
-only worktree snapshot store     # go-git's one importer writes through snapshot and store
+only worktree snapshot store internal/  # go-git's one importer writes through snapshot and store
 only nsexec overlayfs landlock internal/  # the hot path: it is handed plans and programs, never opens the store
 only cmd/strata-init nsexec internal/     # the static init: namespaces only
 owner modernc.org/sqlite store          # the one importer of SQLite (DESIGN: "The only importer of sqlite")
