@@ -46,7 +46,8 @@ type wsTree struct {
 	// the upper is empty or could not be walked.
 	state   *upperState
 	changes []overlayfs.Change
-	delta   bool // applied only the changes since the last commit, to base
+	prev    *committedIndex // the index read (nil: none valid)
+	delta   bool            // applied only the changes since the last commit, to base
 }
 
 // workspaceTree reads a workspace's upper directory into a tree through
@@ -99,26 +100,34 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 	if nsexec.RealRoot() {
 		flavour = overlayfs.FlavourTrusted
 	}
-	changes, err := overlayfs.Changes(x.Upper, lowers, flavour)
-	if err != nil {
-		return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
-	}
-	// Since the last commit (the committed-state index), or everything
-	// the upper holds over the mount base's stack.
+	// Since the last commit (the committed-state index): only the
+	// entries that changed since and their parents are read; otherwise
+	// everything the upper holds over the mount base's stack.
 	applyTo, applyStats, ucs := mountBase.Tree, mountBase.Stats, []snapshot.UpperChange(nil)
 	state, werr := walkUpper(x.Upper)
 	if werr != nil {
 		state = nil
 	}
-	if idx := r.loadCommittedIndex(w, x); idx != nil && state != nil {
+	var changes []overlayfs.Change
+	idx := r.loadCommittedIndex(w, x)
+	if idx != nil && state != nil {
+		need := idx.needed(state)
+		changes, err = overlayfs.ChangesWithin(x.Upper, lowers, flavour, func(rel string) bool { return need[rel] })
+		if err != nil {
+			return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
+		}
 		if d, ok := idx.deltaSince(state, changes, x.Upper, lowers); ok {
 			applyTo, applyStats, ucs = base.Tree, base.Stats, d
 			out.delta = true
 		}
 	}
 	if !out.delta {
+		if changes, err = overlayfs.Changes(x.Upper, lowers, flavour); err != nil {
+			return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
+		}
 		ucs = upperChanges(changes)
 	}
+	out.prev = idx
 	out.state, out.changes = state, changes
 	if out.delta && len(ucs) == 0 {
 		out.tree = base.Tree
@@ -234,7 +243,7 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	if wt.tree == wt.base.Tree {
 		out.Clean, out.Commit = true, w.Base
 		out.Stats = wt.base.Stats
-		r.saveCommittedIndex(w, wt.x, w.Base, wt.state, wt.changes)
+		r.saveCommittedIndex(w, wt.x, w.Base, wt.state, wt.changes, wt.prev)
 		if save := wt.result.SaveStatCache; save != nil {
 			// Nothing to commit, but what was read is worth remembering.
 			return out, wr.Finish(save)
@@ -286,7 +295,7 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	// changes since (written after the transaction, so that a crash
 	// leaves an index of the old base, which is ignored).
 	w.Base = out.Commit
-	r.saveCommittedIndex(w, wt.x, out.Commit, wt.state, wt.changes)
+	r.saveCommittedIndex(w, wt.x, out.Commit, wt.state, wt.changes, wt.prev)
 	ws := wr.Stats()
 	out.NewObjects, out.NewBytes = ws.NewObjects, ws.NewBytes
 	return out, nil

@@ -128,9 +128,21 @@ func (r *Repo) loadCommittedIndex(w *store.Workspace, x wsExtra) *committedIndex
 
 // saveCommittedIndex records state as the upper that base was made from.
 // A failure only costs the next commit its shortcut.
-func (r *Repo) saveCommittedIndex(w *store.Workspace, x wsExtra, base store.ID, state *upperState, changes []overlayfs.Change) {
+//
+// changes tell which directories are opaque; when they were read within
+// the dirty entries only (ChangesWithin), the entries unchanged since prev
+// keep prev's flag.
+func (r *Repo) saveCommittedIndex(w *store.Workspace, x wsExtra, base store.ID, state *upperState, changes []overlayfs.Change, prev *committedIndex) {
 	if state == nil {
 		return
+	}
+	if prev != nil {
+		for p, e := range state.entries {
+			if o, ok := prev.Entries[p]; ok && o.same(e) && o.Opaque {
+				e.Opaque = true
+				state.entries[p] = e
+			}
+		}
 	}
 	for _, c := range changes {
 		if c.Opaque {
@@ -165,6 +177,18 @@ func (idx *committedIndex) dirtySince(cur *upperState) map[string]bool {
 		}
 	}
 	return d
+}
+
+// needed is the set of upper paths a commit must read: the dirty ones and
+// every directory on the way to one ("." is always read).
+func (idx *committedIndex) needed(cur *upperState) map[string]bool {
+	need := map[string]bool{}
+	for p := range idx.dirtySince(cur) {
+		for q := p; q != "." && !need[q]; q = parentPath(q) {
+			need[q] = true
+		}
+	}
+	return need
 }
 
 // deltaSince turns the upper's changes (relative to the mount base's
