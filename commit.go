@@ -399,6 +399,10 @@ func freshUpper(x wsExtra) (upper, work string, err error) {
 	dir := filepath.Dir(x.Upper)
 	suffix := randomHex(6)
 	upper, work = filepath.Join(dir, "upper."+suffix), filepath.Join(dir, "work."+suffix)
+	// A tmpfs workspace's directory is gone after a reboot.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
 	if err := os.Mkdir(upper, 0o700); err != nil {
 		return "", "", err
 	}

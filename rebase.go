@@ -218,6 +218,9 @@ func (r *Repo) Rebase(ctx context.Context, name, ref string, opts RebaseOptions)
 	if nsexec.RealRoot() {
 		flavour = "trusted"
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil { // a tmpfs workspace's, after a reboot
+		return nil, err
+	}
 	if err := snapshot.WriteDelta(ctx, st, newTree, final, nu, snapshot.LayerOptions{Flavour: flavour, Chown: nsexec.RealRoot()}); err != nil {
 		_ = removeAll(nu)
 		return nil, fmt.Errorf("rebase %q: writing the upper: %w", name, err)
