@@ -258,13 +258,13 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 			Tree: wt.tree, Parents: []store.ID{w.Base}, Message: msg,
 			TimeNs: time.Now().UnixNano(), Source: wt.base.Source, Stats: wt.result.Stats,
 		}
-		id, err := tx.PutCommit(c)
+		id, err := tx.CommitOnBranch(c, w.Branch, w.Base, store.Op{Kind: "commit", Detail: name})
+		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
+			return fmt.Errorf("branch %q moved since workspace %q was based on %s (another commit or a promote); the changes stay in the workspace — `strata rebase %s` moves them onto the branch (or reset it onto the branch to drop them): %w",
+				w.Branch, name, w.Base.Short(), name, moved.Err)
+		}
 		if err != nil {
 			return err
-		}
-		if err := tx.SetRef(w.Branch, w.Base, id); err != nil {
-			return fmt.Errorf("branch %q moved since workspace %q was based on %s (another commit or a promote); the changes stay in the workspace — `strata rebase %s` moves them onto the branch (or reset it onto the branch to drop them): %w",
-				w.Branch, name, w.Base.Short(), name, err)
 		}
 		cur, err := tx.Workspace(name)
 		if err != nil {
@@ -279,11 +279,9 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 		}
 		out.Commit = id
 		if save := wt.result.SaveStatCache; save != nil {
-			if err := save(tx); err != nil {
-				return err
-			}
+			return save(tx)
 		}
-		return tx.AppendOp(store.Op{Kind: "commit", Ref: w.Branch, Old: w.Base, New: id, Detail: name})
+		return nil
 	})
 	if optimistic && errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %w", errReusedGone, err)

@@ -411,12 +411,9 @@ func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, b
 	}
 	branch := opts.CommitBranch
 	return wr.Finish(func(tx *store.Tx) error {
-		id, err := tx.PutCommit(&store.Commit{
+		c := &store.Commit{
 			Tree: ar.Tree, Parents: []store.ID{res.From}, Message: "run " + strings.Join(opts.Argv, " "),
 			TimeNs: time.Now().UnixNano(), Source: base.Source, Stats: ar.Stats,
-		})
-		if err != nil {
-			return err
 		}
 		head, err := tx.Ref(branch)
 		switch {
@@ -427,11 +424,12 @@ func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, b
 		case head != res.From:
 			return fmt.Errorf("branch %q is at %s, not at the run's base %s: %w", branch, head.Short(), res.From.Short(), ErrConflict)
 		}
-		if err := tx.SetRef(branch, head, id); err != nil {
-			return fmt.Errorf("branch %q moved during the run: %w", branch, err)
+		id, err := tx.CommitOnBranch(c, branch, head, store.Op{Kind: "run-commit", Detail: res.ID})
+		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
+			return fmt.Errorf("branch %q moved during the run: %w", branch, moved.Err)
 		}
 		res.Commit, res.Branch = id, branch
-		return tx.AppendOp(store.Op{Kind: "run-commit", Ref: branch, Old: head, New: id, Detail: res.ID})
+		return err
 	})
 }
 
