@@ -20,6 +20,7 @@ only landlock                    # a pure plan per ABI: no store, no mounts
 only seccomp                     # a pure plan: no store, no mounts
 only snapshot store internal/    # trees over the store; the layer cache is its own
 only worktree snapshot store internal/  # go-git's one importer writes through snapshot and store
+only internal/sandbox landlock seccomp   # sandbox modes -> Landlock plan + seccomp program + their cache
 only nsexec overlayfs landlock internal/  # the hot path: it is handed plans and programs, never opens the store
 only cmd/strata-init nsexec internal/     # the static init: namespaces only
 owner modernc.org/sqlite store          # the one importer of SQLite (DESIGN: "The only importer of sqlite")
@@ -75,4 +76,13 @@ while IFS= read -r line; do
 		;;
 	esac
 done <<<"$RULES"
+# The root package is orchestration: the sandbox's policies come from
+# internal/sandbox; only doctor probes Landlock and seccomp itself.
+for f in *.go; do
+	case $f in *_test.go | doctor.go) continue ;; esac
+	if grep -qE '"'"$M"'/(landlock|seccomp)"' "$f"; then
+		echo "depgraph: $f imports landlock or seccomp; the root package gets sandbox plans from internal/sandbox (only doctor.go probes them)" >&2
+		fail=1
+	fi
+done
 exit $fail
