@@ -17,6 +17,7 @@ BIN := $(CURDIR)/bin
 # outside the repository, where an unprivileged test user can read it.
 STRATA_CACHE ?= /var/tmp/strata-cache
 STRATA_CORPUS ?= $(STRATA_CACHE)/corpus
+STRATA_IMAGES ?= $(STRATA_CACHE)/images
 # ../shared/corpus is the shared original; integration/corpus is a copy for
 # clones that do not sit beside it.
 CORPUS_BUILD ?= $(firstword $(wildcard $(CURDIR)/../shared/corpus/build.sh) $(CURDIR)/integration/corpus/build.sh)
@@ -27,27 +28,30 @@ LONGFUZZTIME ?= 2m
 # urfave_cli_no_docs drops the man-page generator (and its markdown parser's
 # package init, ~0.5 ms of every strata call).
 GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
+# `strata version` reports the commit it was built from.
+STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
-export STRATA_CORPUS
+export STRATA_CORPUS STRATA_CACHE STRATA_IMAGES
 
-.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user \
-        bench demo deps lint corpus clean crash cover
+.PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test mcp-inspector \
+        bench demo deps lint corpus images clean crash cover
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata ./cmd/strata
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata ./cmd/strata
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
 
 deps:
 	@bash scripts/deps.sh
 
 # The corpus comes before every test that reads it (unit tests of snapshot
 # and worktree import it too): on a fresh machine it is built first.
-test: build corpus unit fuzz-short integration
+test: build corpus unit fuzz-short integration python-test
 
-unit: corpus
+unit: corpus images
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
@@ -66,17 +70,33 @@ corpus:
 	  chmod -R a+rX "$(STRATA_CACHE)"; \
 	fi
 
+# The container images the image tests import (scripts/images.sh: a
+# Debian minbase root by mmdebstrap, layered by scripts/mkimages), cached
+# in $(STRATA_CACHE)/images keyed by the scripts' hash; built as root.
+images:
+	@STRATA_CACHE=$(STRATA_CACHE) bash scripts/images.sh
+
 # The integration tests run against the real kernel twice: as root, and as
 # an unprivileged user (STRATA_TEST_USER when make runs as root; yourself
 # otherwise, in which case the root pass is skipped with a notice).
-integration: build corpus
+integration: build corpus images mcp-inspector
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
+# The MCP Inspector (npm), the third-party MCP client of TestMCPInspector,
+# cached under $(STRATA_CACHE) like the corpus.
+mcp-inspector:
+	@STRATA_CACHE=$(STRATA_CACHE) bash scripts/mcp-inspector.sh
+
+# The Python SDK's pytest suite against the real binary, rootless (as
+# STRATA_TEST_USER when make runs as root).
+python-test: build
+	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/pytest.sh
+
 # The crash harness at length: 500 SIGKILLs at random instants during
-# import, commit, promote and gc, with fsck and acknowledged-commit checks
+# import, commit, promote and gc (and import --image, up to 50 kills), with fsck and acknowledged-commit checks
 # after each (make test runs 40).
 crash: build
-	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^TestCrash$$ -test.v" IT_TIMEOUT=60m \
+	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^(TestCrash|TestImageCrash)$$ -test.v" IT_TIMEOUT=60m \
 	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 # Coverage of every package from the unit tests and both integration passes

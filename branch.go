@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/store"
 )
 
@@ -35,6 +36,9 @@ func (r *Repo) Branches(ctx context.Context) ([]Branch, error) {
 			bound[w.Branch] = w.Name
 		}
 		for _, ref := range refs {
+			if strings.HasPrefix(ref.Name, image.LayerRefPrefix) {
+				continue // an image layer's index entry, not a branch
+			}
 			b := Branch{Name: ref.Name, Commit: ref.Commit, Workspace: bound[ref.Name]}
 			if c, err := tx.Commit(ref.Commit); err == nil {
 				b.Message, b.TimeNs = firstLine(c.Message), c.TimeNs

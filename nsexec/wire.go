@@ -26,6 +26,10 @@ import (
 // instead of misread.
 const protoVersion = 5
 
+// ProtocolVersion is the keeper protocol's version (protoVersion): a
+// strata and a keeper or strata-init of another version refuse each other.
+const ProtocolVersion = protoVersion
+
 // childConfig is what the parent writes to a child (keeper or one-shot
 // init) on its configuration pipe: what to mount where, computed by the
 // parent from a Spec.

@@ -5,7 +5,7 @@
 # /tmp/strata-bench/results.md). Method and latest results: docs/bench.md.
 #
 #   BENCH_QUICK=1        small N: a smoke run of a few minutes
-#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs
+#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp
 #                        (or issues: workspaces commit sandbox runs)
 #   BENCH_OUT=FILE       results file
 #   BENCH_DOC=FILE       also replace the results section of FILE (docs/bench.md)
@@ -32,8 +32,8 @@ tmp=$(mktemp -d /tmp/strata-bench-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO build -trimpath -o "$tmp/bench" ./integration/bench
-cp bin/strata bin/strata-init "$tmp/"
-chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-init"
+cp bin/strata bin/strata-init bin/strata-mcp "$tmp/"
+chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-init" "$tmp/strata-mcp"
 # The baseline for the view scenario: the same build of an earlier
 # revision (git archive: no worktree is registered), beside its strata-init.
 base_rev=${BENCH_BASE_REV:-}

@@ -28,6 +28,7 @@ flags=(-trimpath -tags urfave_cli_no_docs -cover -covermode=atomic -coverpkg="$p
 # environment (no GOCOVERDIR), where an instrumented binary would print a
 # warning into the command's stderr; nsexec's unit tests cover it.
 $GO build "${flags[@]}" -o "$dir/bin/strata" ./cmd/strata
+$GO build "${flags[@]}" -o "$dir/bin/strata-mcp" ./cmd/strata-mcp
 CGO_ENABLED=0 $GO build -trimpath -o "$dir/bin/strata-init" ./cmd/strata-init
 chmod 755 "$dir/bin" "$dir/bin/"*
 it=0

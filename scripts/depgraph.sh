@@ -26,7 +26,8 @@ only cmd/strata-init nsexec internal/     # the static init: namespaces only
 owner modernc.org/sqlite store          # the one importer of SQLite (DESIGN: "The only importer of sqlite")
 owner github.com/go-git/ worktree       # the one importer of go-git
 owner github.com/seccomp/libseccomp-golang seccomp  # cgo stays in the seccomp package
-owner github.com/google/go-containerregistry image  # the one importer of go-containerregistry
+owner github.com/google/go-containerregistry image scripts/mkimages  # the one importer of go-containerregistry (and the test-image generator, no part of a binary)
+only mcp                         # the MCP server: thin wrappers over the root package
 nodeps nsexec modernc.org/sqlite github.com/go-git/ github.com/seccomp/  # the hot path links no SQLite, go-git or cgo
 nodeps cmd/strata-init modernc.org/sqlite github.com/go-git/ github.com/seccomp/ runtime/cgo  # CGO_ENABLED=0 static binary
 EOF

@@ -11,10 +11,19 @@ command -v git >/dev/null || need+=(git)            # worktree tests, corpus
 command -v setpriv >/dev/null || need+=(util-linux) # the unprivileged test pass
 command -v newuidmap >/dev/null || need+=(uidmap)   # --subids workspaces (and their tests)
 # The sandbox's workflow tests (integration/view_test.go): a .venv, pip
-# installing a wheel built offline.
-for p in python3-venv python3-pip python3-setuptools python3-wheel; do
+# installing a wheel built offline; the Python SDK's tests (make
+# python-test): Debian's pytest.
+for p in python3-venv python3-pip python3-setuptools python3-wheel python3-pytest; do
   have_pkg "$p" || need+=("$p")
 done
+# Container images (integration/image_test.go): mmdebstrap builds the test
+# images' Debian root, docker-registry serves them on 127.0.0.1, umoci
+# unpacks them as the reference the conformance test compares against.
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v umoci >/dev/null || need+=(umoci)
+# The MCP Inspector (TestMCPInspector), installed by make mcp-inspector.
+command -v npm >/dev/null || need+=(npm)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
   command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
   command -v restic >/dev/null || need+=(restic)

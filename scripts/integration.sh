@@ -21,9 +21,13 @@ $GO test -tags integration -c -o "$tmp/integration.test" ./integration
 # STRATA_BIN_DIR: where strata and strata-init come from (make cover
 # passes coverage-instrumented ones).
 cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
+# strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
+if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
 chmod 755 "$tmp/integration.test" "$tmp/strata"
 export STRATA_BIN="$tmp/strata"
 export GOTRACEBACK=all
+# The container images of the image tests (make images builds them).
+export STRATA_IMAGES=${STRATA_IMAGES:-${STRATA_CACHE:-/var/tmp/strata-cache}/images}
 timeout=${IT_TIMEOUT:-12m}
 pass() { # pass LABEL CMD...
   local label=$1; shift

@@ -78,6 +78,13 @@ type UpperChange struct {
 	// content id is reused without reading the file (overlayfs'
 	// Change.ContentEqual compares sizes first).
 	ContentEqual func() (bool, error)
+	// Entry, when set, is the entry itself (an image layer's tar member,
+	// package image) and UpperPath is not read: its content, if a file,
+	// is already written through the Writer; Name is taken from Path. A
+	// LinkGroup on it names a group of this change set only (any key no
+	// tree holds, e.g. with a NUL in it): the members are re-keyed to
+	// their first path, as hardlinks read from an upper are.
+	Entry *store.TreeEntry
 }
 
 // ApplyOptions tune ApplyUpper.
@@ -411,6 +418,9 @@ func (a *applyUpperState) apply(c *UpperChange) error {
 		a.changed++
 		return a.remove(parent, name, c.Path)
 	}
+	if c.Entry != nil {
+		return a.applyEntry(c, parent, name, old)
+	}
 	e, st, open, err := a.upperEntry(c, name)
 	if err != nil {
 		return err
@@ -446,6 +456,32 @@ func (a *applyUpperState) apply(c *UpperChange) error {
 		a.files = append(a.files, f)
 		a.fromUpper[c.Path] = f
 	}
+	return nil
+}
+
+// applyEntry puts c.Entry at name in parent (old is what was there).
+func (a *applyUpperState) applyEntry(c *UpperChange, parent *edir, name string, old *store.TreeEntry) error {
+	e := *c.Entry
+	e.Name = name
+	if e.Type == 0 || e.Type == store.TypeSocket {
+		return fmt.Errorf("%q: entry of type %v cannot be recorded", c.Path, e.Type)
+	}
+	a.changed++
+	if e.Type == store.TypeDir {
+		e.Content = store.ZeroID
+		return a.applyDir(c, parent, name, old, &e)
+	}
+	if old != nil {
+		if err := a.remove(parent, name, c.Path); err != nil {
+			return err
+		}
+	}
+	if e.LinkGroup != "" {
+		a.touched[e.LinkGroup] = true
+	}
+	parent.entries[name] = &e
+	parent.dirty = true
+	addStats(&a.delta, entryStats(&e), 1)
 	return nil
 }
 

@@ -423,6 +423,10 @@ var migrations = [][]string{schemaV1}
 // schemaVersion is the version this binary writes and understands.
 var schemaVersion = len(migrations)
 
+// SchemaVersion is the database schema version this binary writes and
+// understands (PRAGMA user_version): a store with a newer one is refused.
+func SchemaVersion() int { return schemaVersion }
+
 var schemaV1 = []string{
 	// objects: one row per object. A rowid table with a separate unique
 	// index on id: ids are random, so a WITHOUT ROWID table keyed by id

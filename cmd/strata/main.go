@@ -98,6 +98,16 @@ func newApp(e *env) *cli.App {
 			&cli.StringFlag{Name: "home", Usage: "store directory (default $STRATA_HOME, $XDG_DATA_HOME/strata, ~/.local/share/strata)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine-readable output: one JSON object per result"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress bars, no warnings, only results"},
+			&cli.BoolFlag{Name: "version", Usage: "print the version (as `strata version`) and exit"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Bool("version") {
+				return e.printVersion()
+			}
+			if c.NArg() > 0 {
+				return usagef("unknown command %q", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
 		},
 		Before: func(c *cli.Context) error {
 			e.json, e.quiet = c.Bool("json"), c.Bool("quiet")
@@ -125,7 +135,7 @@ func newApp(e *env) *cli.App {
 	app.Commands = append(app.Commands, wsCommand(e), execCommand(e), shellCommand(e))
 	app.Commands = append(app.Commands, changeCommands(e)...)
 	app.Commands = append(app.Commands, runCommand(e), batchCommand(e))
-	app.Commands = append(app.Commands, doctorCommand(e))
+	app.Commands = append(app.Commands, doctorCommand(e), versionCommand(e), mcpCommand(e))
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}

@@ -16,7 +16,7 @@
 //
 //	BENCH_QUICK=1        small N everywhere, no 100k tree: a smoke run (a few minutes)
 //	BENCH_ONLY=a,b       only these scenarios (create, peers, reads, commit, sandbox,
-//	                     runs, view) or issues (workspaces = create,peers,reads)
+//	                     runs, view, mcp) or issues (workspaces = create,peers,reads)
 //	BENCH_BASE=BIN       a baseline strata (beside its strata-init) for the view
 //	                     scenario's before/after rows; BENCH_BASE_REV names it
 //	BENCH_OUT=FILE       the results file (default /tmp/strata-bench/results.md)
@@ -95,6 +95,7 @@ var scenarios = []scenario{
 	{name: "sandbox", issue: "sandbox", run: runSandbox, report: reportSandbox},
 	{name: "runs", issue: "runs", run: runRuns, report: reportRuns},
 	{name: "view", issue: "view", run: runView, report: reportView},
+	{name: "mcp", issue: "mcp", run: runMCP, report: reportMCP},
 }
 
 func (c config) selected(s scenario) bool {
@@ -628,6 +629,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"sandbox", "Issue \"sandbox\": what the sandbox adds to exec"},
 		{"runs", "Issue \"runs\": fork + patch + test + discard"},
 		{"view", "Issue \"view\": the sandbox's assembled root, before and after"},
+		{"mcp", "Issue \"mcp\": the MCP server's exec against the CLI's"},
 	}
 	for _, sec := range sections {
 		var tables []Table

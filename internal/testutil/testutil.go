@@ -78,3 +78,22 @@ func LookPath(t testing.TB, name string) string {
 	}
 	return p
 }
+
+// Images returns the directory of the test container images
+// ($STRATA_IMAGES, built by `make images`: oci/ with tags base, env and
+// instance, env.tar and instance.tar). Like Corpus: unset, the test is
+// skipped; set but not built, it is a capability gate.
+func Images(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv("STRATA_IMAGES")
+	if d == "" {
+		if NoSkip() {
+			t.Fatal("STRATA_IMAGES is not set (STRATA_TEST_NO_SKIP=1): run the tests through `make test`, which builds them")
+		}
+		t.Skip("STRATA_IMAGES is not set: `make images` builds them")
+	}
+	if _, err := os.Stat(d + "/.key"); err != nil {
+		Skip(t, "the test images are missing at "+d+" ("+err.Error()+"): run `make images` as root")
+	}
+	return d
+}
