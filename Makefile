@@ -7,7 +7,7 @@
 #   make fuzz     longer fuzzing of every decoder
 #   make crash    500 SIGKILLs at random instants, fsck after each
 #   make cover    coverage per package: unit tests + both integration passes, merged
-#   make lint     gofmt, go vet, staticcheck
+#   make lint     gofmt, go vet, staticcheck, the package graph (scripts/depgraph.sh)
 #   make deps     install what a fresh Debian machine lacks (as root), or print how
 
 SHELL := /bin/bash
@@ -123,6 +123,7 @@ lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed: go install honnef.co/go/tools/cmd/staticcheck@latest"; fi
+	@bash scripts/depgraph.sh
 
 clean:
 	rm -rf $(BIN)

@@ -112,6 +112,9 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	if err != nil {
 		return nil, nil, err
 	}
+	if st.Full() {
+		return nil, nil, r.noSpace(fmt.Sprintf("diff %s: a workspace's diff stores its changed files first (diff of commits, REF or A..B, still works)", name))
+	}
 	wr, err := st.NewWriter(ctx, "diff "+name)
 	if err != nil {
 		return nil, nil, err

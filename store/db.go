@@ -34,6 +34,9 @@ type Store struct {
 	// immutable: opened read-only with immutable=1 (a read-only
 	// filesystem without the WAL index); see Open.
 	immutable bool
+	// full: opened read-only because the filesystem is full
+	// (Options.ReadOnlyWhenFull).
+	full bool
 
 	// db is the durable pool: synchronous=FULL, every write transaction
 	// BEGIN IMMEDIATE. Everything a caller commits goes through it.
@@ -141,6 +144,23 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 
 	v, err := s.openPool(false)
+	if err != nil && opts.ReadOnlyWhenFull && FSFull(abs) {
+		// A full filesystem: SQLite cannot grow the -shm index a WAL
+		// open needs (SQLITE_IOERR_SHMSIZE). immutable=1 reads the
+		// database file alone, which is the whole store when no WAL
+		// holds transactions not yet copied into it (a clean last
+		// close checkpoints and deletes it).
+		if s.db != nil {
+			s.db.Close()
+			s.db = nil
+		}
+		if fi, werr := os.Stat(s.path + "-wal"); werr == nil && fi.Size() > 0 {
+			return nil, fmt.Errorf("open store %s: %w: its write-ahead log holds transactions not yet in %s, which a read-only open without space for the WAL index cannot read",
+				abs, &classified{ErrNoSpace, "no space left on " + MountPoint(abs), err}, DBName)
+		}
+		s.ro, s.full = true, true
+		v, err = s.openPool(true)
+	}
 	if err != nil && s.ro && (isCode(err, sqliteCantOpen) || isCode(err, sqliteReadOnly)) && (readOnlyFS(abs) || syscall.Access(abs, 2 /* W_OK */) != nil) {
 		// A WAL database on a read-only filesystem cannot be opened
 		// mode=ro when its -shm file is absent and cannot be created
@@ -346,6 +366,50 @@ func (s *Store) Close() error {
 // Dir returns the absolute store directory.
 func (s *Store) Dir() string { return s.dir }
 
+// Full reports whether the store was opened read-only because its
+// filesystem is full (Options.ReadOnlyWhenFull).
+func (s *Store) Full() bool { return s.full }
+
+func (s *Store) fullErr() error {
+	return &classified{ErrNoSpace, "no space left on " + MountPoint(s.dir) + " (the store is open read-only)", syscall.ENOSPC}
+}
+
+// FSFull reports whether the filesystem holding dir has no space left for
+// an unprivileged writer (less than one page of 4 KiB free, or no free
+// inode).
+func FSFull(dir string) bool {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return false
+	}
+	return uint64(st.Bavail)*uint64(st.Bsize) < 4096 || (st.Files > 0 && st.Ffree == 0)
+}
+
+// MountPoint is the mount point of the filesystem holding path (from
+// /proc/self/mountinfo: the longest mount point that is a prefix), for
+// messages; path itself when unknown.
+func MountPoint(path string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return path
+	}
+	best := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := strings.ReplaceAll(f[4], "\\040", " ")
+		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > len(best) {
+			best = mp
+		}
+	}
+	if best == "" {
+		return path
+	}
+	return best
+}
+
 // ReadOnly reports whether the store was opened read-only.
 func (s *Store) ReadOnly() bool { return s.ro }
 
@@ -497,6 +561,9 @@ type Tx struct {
 // Update, NewWriter or a Writer's methods: this process's write
 // transactions take turns, and fn holds the turn.
 func (s *Store) Update(ctx context.Context, fn func(tx *Tx) error) error {
+	if s.full {
+		return fmt.Errorf("update store %s: %w", s.dir, s.fullErr())
+	}
 	if s.ro {
 		return fmt.Errorf("update store %s: opened read-only: %w", s.dir, ErrReadOnly)
 	}

@@ -55,6 +55,9 @@ type candidate struct {
 // top of gc.go for the roots and why it is safe to run concurrently with
 // Writers and other gc runs.
 func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
+	if s.full {
+		return nil, fmt.Errorf("gc: %w", s.fullErr())
+	}
 	if s.ro {
 		return nil, fmt.Errorf("gc: %w", ErrReadOnly)
 	}

@@ -107,6 +107,9 @@ type pendingObject struct {
 // (see Writer). purpose says what the Writer is for ("import /src",
 // "commit ws/a"), for gc and fsck reports.
 func (s *Store) NewWriter(ctx context.Context, purpose string) (*Writer, error) {
+	if s.full {
+		return nil, fmt.Errorf("new writer: %w", s.fullErr())
+	}
 	if s.ro {
 		return nil, fmt.Errorf("new writer: %w", ErrReadOnly)
 	}

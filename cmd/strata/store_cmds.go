@@ -411,8 +411,11 @@ func branchCommand(e *env) *cli.Command {
 			},
 			{
 				Name:      "delete",
-				Usage:     "delete a branch (its commits stay recoverable until gc's prune window passes)",
+				Usage:     "delete a branch (its commits stay recoverable until gc's prune window passes); refused while workspaces are bound to it or forked from it",
 				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "force", Usage: "delete it even though workspaces were forked from it (never one a workspace is bound to)"},
+				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usagef("branch delete needs exactly one NAME")
@@ -423,7 +426,7 @@ func branchCommand(e *env) *cli.Command {
 					}
 					defer r.Close()
 					name := c.Args().First()
-					id, err := r.DeleteBranch(c.Context, name)
+					id, err := r.DeleteBranch(c.Context, name, c.Bool("force"))
 					if err != nil {
 						return err
 					}
