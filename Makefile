@@ -7,7 +7,7 @@
 #   make fuzz     longer fuzzing of every decoder
 #   make crash    500 SIGKILLs at random instants, fsck after each
 #   make cover    coverage per package: unit tests + both integration passes, merged
-#   make lint     gofmt, go vet, staticcheck
+#   make lint     gofmt, go vet, staticcheck, the package graph (scripts/depgraph.sh)
 #   make deps     install what a fresh Debian machine lacks (as root), or print how
 #   make man      bin/man/man1/strata.1, from the command tree
 
@@ -18,6 +18,7 @@ BIN := $(CURDIR)/bin
 # outside the repository, where an unprivileged test user can read it.
 STRATA_CACHE ?= /var/tmp/strata-cache
 STRATA_CORPUS ?= $(STRATA_CACHE)/corpus
+STRATA_IMAGES ?= $(STRATA_CACHE)/images
 # ../shared/corpus is the shared original; integration/corpus is a copy for
 # clones that do not sit beside it.
 CORPUS_BUILD ?= $(firstword $(wildcard $(CURDIR)/../shared/corpus/build.sh) $(CURDIR)/integration/corpus/build.sh)
@@ -31,10 +32,10 @@ GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
 # `strata version` reports the commit it was built from.
 STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
-export STRATA_CORPUS STRATA_CACHE
+export STRATA_CORPUS STRATA_CACHE STRATA_IMAGES
 
 .PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test mcp-inspector \
-        bench demo deps lint corpus clean crash cover man
+        bench demo deps lint corpus images clean crash powerloss cover man
 
 all: build
 
@@ -51,7 +52,7 @@ deps:
 # and worktree import it too): on a fresh machine it is built first.
 test: build corpus unit fuzz-short integration python-test
 
-unit: corpus
+unit: corpus images
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
@@ -70,10 +71,16 @@ corpus:
 	  chmod -R a+rX "$(STRATA_CACHE)"; \
 	fi
 
+# The container images the image tests import (scripts/images.sh: a
+# Debian minbase root by mmdebstrap, layered by scripts/mkimages), cached
+# in $(STRATA_CACHE)/images keyed by the scripts' hash; built as root.
+images:
+	@STRATA_CACHE=$(STRATA_CACHE) bash scripts/images.sh
+
 # The integration tests run against the real kernel twice: as root, and as
 # an unprivileged user (STRATA_TEST_USER when make runs as root; yourself
 # otherwise, in which case the root pass is skipped with a notice).
-integration: build corpus mcp-inspector
+integration: build corpus images mcp-inspector
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 # The MCP Inspector (npm), the third-party MCP client of TestMCPInspector,
@@ -87,10 +94,19 @@ python-test: build
 	@STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/pytest.sh
 
 # The crash harness at length: 500 SIGKILLs at random instants during
-# import, commit, promote and gc, with fsck and acknowledged-commit checks
+# import, commit, promote and gc (and import --image, up to 50 kills), with fsck and acknowledged-commit checks
 # after each (make test runs 40).
 crash: build
-	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^TestCrash$$ -test.v" IT_TIMEOUT=60m \
+	@STRATA_CRASH_KILLS=$${STRATA_CRASH_KILLS:-500} IT_ARGS="-test.run ^(TestCrash|TestImageCrash)$$ -test.v" IT_TIMEOUT=60m \
+	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
+
+# The power-loss harness at length: 320 crash points (the Nth filesystem
+# operation) during import, commit, promote, branch and gc with the store on
+# lazyfs, a FUSE filesystem that drops what was not fsynced; fsck and the
+# acknowledged commits checked after each remount (make test runs 40). Root
+# pass only: /dev/fuse is root's.
+powerloss: build
+	@STRATA_POWERLOSS_TRIALS=$${STRATA_POWERLOSS_TRIALS:-320} IT_ARGS="-test.run ^TestPowerLoss$$ -test.v" IT_TIMEOUT=60m \
 	  STRATA_TEST_USER=$(STRATA_TEST_USER) bash scripts/integration.sh
 
 # Coverage of every package from the unit tests and both integration passes
@@ -108,6 +124,7 @@ lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed: go install honnef.co/go/tools/cmd/staticcheck@latest"; fi
+	@bash scripts/depgraph.sh
 
 clean:
 	rm -rf $(BIN)

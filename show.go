@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -53,7 +54,9 @@ type Shown struct {
 	IsPath  bool     `json:"-"`
 	Entry   *Entry   `json:"entry,omitempty"`   // the entry at Path (nil for the root)
 	Listing []Entry  `json:"listing,omitempty"` // when Path is a directory
-	raw     *store.TreeEntry
+	// Image is the image config an image commit keeps (import --image).
+	Image *image.Config `json:"image,omitempty"`
+	raw   *store.TreeEntry
 }
 
 // Show resolves REF or REF:PATH.
@@ -70,7 +73,8 @@ func (r *Repo) Show(ctx context.Context, spec string) (*Shown, error) {
 			return err
 		}
 		out.Commit = logEntry(id, c)
-		return nil
+		out.Image, err = image.ConfigFromMessage(c.Message)
+		return err
 	})
 	if err != nil || !hasPath {
 		return &out, err

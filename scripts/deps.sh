@@ -16,6 +16,12 @@ command -v newuidmap >/dev/null || need+=(uidmap)   # --subids workspaces (and t
 for p in python3-venv python3-pip python3-setuptools python3-wheel python3-pytest; do
   have_pkg "$p" || need+=("$p")
 done
+# Container images (integration/image_test.go): mmdebstrap builds the test
+# images' Debian root, docker-registry serves them on 127.0.0.1, umoci
+# unpacks them as the reference the conformance test compares against.
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v umoci >/dev/null || need+=(umoci)
 # The MCP Inspector (TestMCPInspector), installed by make mcp-inspector.
 command -v npm >/dev/null || need+=(npm)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench

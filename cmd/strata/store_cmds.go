@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata"
+	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/store"
 )
 
@@ -82,8 +84,20 @@ func storeCommands(e *env) []*cli.Command {
 				&cli.BoolFlag{Name: "no-stat-cache", Usage: "read every file even if unchanged since the last import"},
 				&cli.StringFlag{Name: "git", Usage: "import a git commit instead: REPO[@REV] (tracked files, a working .git, ignored dependency dirs)"},
 				&cli.StringSliceFlag{Name: "with-ignored", Usage: "with --git: auto (node_modules, .venv, target, ...), none, or GLOB (repeatable)"},
+				&cli.StringFlag{Name: "image", Usage: "import a container image instead: docker://HOST/REPO:TAG (or bare), oci:DIR[:TAG], docker-archive:FILE[:REF]"},
+				&cli.StringFlag{Name: "platform", Usage: "with --image: OS/ARCH[/VARIANT] to pick from a multi-platform image (default this machine's)"},
+				&cli.BoolFlag{Name: "tls-verify", Value: true, Usage: "with --image: require HTTPS and a verified certificate (--tls-verify=false for a plain-HTTP registry)"},
 			},
 			Action: func(c *cli.Context) error {
+				if src := c.String("image"); src != "" {
+					if c.NArg() != 0 || c.String("git") != "" {
+						return usagef("import --image SRC takes no DIR and no --git")
+					}
+					return e.importImage(c, src)
+				}
+				if c.IsSet("platform") || c.IsSet("tls-verify") {
+					return usagef("--platform and --tls-verify go with --image")
+				}
 				if repo := c.String("git"); repo != "" {
 					if c.NArg() != 0 {
 						return usagef("import --git REPO[@REV] takes no DIR")
@@ -192,6 +206,9 @@ func storeCommands(e *env) []*cli.Command {
 						return
 					}
 					printCommit(w, s.Commit)
+					if s.Image != nil {
+						printImage(w, s.Image)
+					}
 				})
 			},
 		},
@@ -272,20 +289,34 @@ func storeCommands(e *env) []*cli.Command {
 		{
 			Name:  "fsck",
 			Usage: "verify every object, ref and cache; non-zero exit if damaged",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "repair", Usage: "rewrite damaged objects whose content is in `DIR` (read as an import would; no commit is made)"},
+			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() > 0 {
-					return usagef("fsck takes no arguments")
+					return usagef("fsck takes no arguments (a directory to repair from goes with --repair)")
 				}
-				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+				repair := c.String("repair")
+				r, err := e.open(strata.OpenOptions{ReadOnly: repair == "" && readOnlyFS(e.home)})
 				if err != nil {
 					return err
 				}
 				defer r.Close()
-				p := e.progress()
-				rep, err := r.Fsck(c.Context, func(done, total int64) { p.update("verify", done, total, false) })
-				p.done()
-				if err != nil {
-					return err
+				var rep *store.FsckReport
+				var rr *strata.RepairResult
+				if repair != "" {
+					if rr, err = r.Repair(c.Context, repair, e.warn); err != nil {
+						return err
+					}
+					rep = rr.After
+					rep.Info = append([]string{fmt.Sprintf("repair from %s: %d of %d damaged objects rewritten", repair, len(rr.Repaired), rr.Damaged)}, rep.Info...)
+				} else {
+					p := e.progress()
+					rep, err = r.Fsck(c.Context, func(done, total int64) { p.update("verify", done, total, false) })
+					p.done()
+					if err != nil {
+						return err
+					}
 				}
 				if err := e.out(rep, func(w io.Writer) {
 					for _, pr := range rep.Problems {
@@ -383,8 +414,11 @@ func branchCommand(e *env) *cli.Command {
 			},
 			{
 				Name:      "delete",
-				Usage:     "delete a branch (its commits stay recoverable until gc's prune window passes)",
+				Usage:     "delete a branch (its commits stay recoverable until gc's prune window passes); refused while workspaces are bound to it or forked from it",
 				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "force", Usage: "delete it even though workspaces were forked from it (never one a workspace is bound to)"},
+				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usagef("branch delete needs exactly one NAME")
@@ -395,7 +429,7 @@ func branchCommand(e *env) *cli.Command {
 					}
 					defer r.Close()
 					name := c.Args().First()
-					id, err := r.DeleteBranch(c.Context, name)
+					id, err := r.DeleteBranch(c.Context, name, c.Bool("force"))
 					if err != nil {
 						return err
 					}
@@ -420,6 +454,9 @@ func printCommit(w io.Writer, le strata.LogEntry) {
 	fmt.Fprintf(w, "date   %s\n", time.Unix(0, le.TimeNs).Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "stats  %s\n\n", statsText(le.Stats))
 	for _, line := range strings.Split(le.Message, "\n") {
+		if strings.HasPrefix(line, image.ConfigTrailer) {
+			continue // printed as an image block by show
+		}
 		fmt.Fprintf(w, "    %s\n", line)
 	}
 }
@@ -490,6 +527,85 @@ func statsText(s store.CommitStats) string {
 func readOnlyFS(home string) bool {
 	err := unix.Access(home, unix.W_OK)
 	return errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES)
+}
+
+func (e *env) importImage(c *cli.Context, src string) error {
+	if c.IsSet("message") || c.IsSet("exclude") || c.IsSet("with-ignored") {
+		return usagef("import --image takes no --message, --exclude or --with-ignored")
+	}
+	r, err := e.open(strata.OpenOptions{Create: true})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	p := e.progress()
+	res, err := r.ImportImage(c.Context, src, strata.ImageImportOptions{
+		Branch: c.String("branch"), Platform: c.String("platform"), InsecureTLS: !c.Bool("tls-verify"),
+		Warn: e.warn,
+		Progress: func(lp image.LayerProgress) {
+			phase := fmt.Sprintf("layer %d/%d %.19s", lp.Index+1, lp.Count, lp.DiffID)
+			if lp.Reused {
+				phase += " (in the store)"
+			}
+			p.update(phase, lp.Done, -1, true)
+		},
+	})
+	p.done()
+	if err != nil {
+		return err
+	}
+	return e.out(res, func(w io.Writer) {
+		verb := "imported"
+		if res.Unchanged {
+			verb = "unchanged"
+		}
+		fmt.Fprintf(w, "%s image %s -> %s %s (%d layers, %d files, %d dirs, %d other, %s)\n",
+			verb, res.Config.Source, res.Branch, res.Commit.Short(), len(res.Layers), res.Stats.Files, res.Stats.Dirs, res.Stats.Other, ibytes(res.Stats.Bytes))
+		if e.quiet {
+			return
+		}
+		for i, l := range res.Layers {
+			how := fmt.Sprintf("read %s, stored %d new objects (%s)", ibytes(l.ReadBytes), l.NewObjects, ibytes(l.NewBytes))
+			if l.Reused {
+				how = "already in the store"
+			}
+			fmt.Fprintf(w, "  layer %d %.19s -> %s: %s\n", i+1, l.DiffID, l.Commit.Short(), how)
+		}
+		fmt.Fprintf(w, "  %s in %s\n", res.Config.Digest, time.Duration(res.DurationNs).Round(time.Millisecond))
+	})
+}
+
+// printImage prints the image config an image commit keeps.
+func printImage(w io.Writer, c *image.Config) {
+	fmt.Fprintf(w, "\nimage  %s\n", c.Source)
+	fmt.Fprintf(w, "digest %s\n", c.Digest)
+	if c.OS != "" {
+		fmt.Fprintf(w, "platform %s/%s%s\n", c.OS, c.Architecture, map[bool]string{true: "/" + c.Variant}[c.Variant != ""])
+	}
+	if c.User != "" {
+		fmt.Fprintf(w, "user   %s\n", c.User)
+	}
+	if c.WorkingDir != "" {
+		fmt.Fprintf(w, "workdir %s\n", c.WorkingDir)
+	}
+	for _, v := range c.Env {
+		fmt.Fprintf(w, "env    %s\n", v)
+	}
+	if len(c.Entrypoint) > 0 {
+		fmt.Fprintf(w, "entrypoint %q\n", c.Entrypoint)
+	}
+	if len(c.Cmd) > 0 {
+		fmt.Fprintf(w, "cmd    %q\n", c.Cmd)
+	}
+	keys := make([]string, 0, len(c.Labels))
+	for k := range c.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "label  %s=%s\n", k, c.Labels[k])
+	}
+	fmt.Fprintf(w, "layers %d\n", len(c.DiffIDs))
 }
 
 func (e *env) importGit(c *cli.Context, repo string) error {

@@ -40,6 +40,16 @@ func AsRoot(t testing.TB) {
 	}
 }
 
+// AsRootBecause is AsRoot that names why the test needs the root pass
+// (e.g. /dev/fuse is open to root only): the unprivileged pass reports the
+// reason. Like AsRoot, it never fails.
+func AsRootBecause(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("root pass only: " + why)
+	}
+}
+
 // AsUser runs the test only in the unprivileged pass of the suite.
 func AsUser(t testing.TB) {
 	t.Helper()
@@ -77,4 +87,23 @@ func LookPath(t testing.TB, name string) string {
 		Skip(t, name+" is not installed (`make deps` installs it): "+err.Error())
 	}
 	return p
+}
+
+// Images returns the directory of the test container images
+// ($STRATA_IMAGES, built by `make images`: oci/ with tags base, env and
+// instance, env.tar and instance.tar). Like Corpus: unset, the test is
+// skipped; set but not built, it is a capability gate.
+func Images(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv("STRATA_IMAGES")
+	if d == "" {
+		if NoSkip() {
+			t.Fatal("STRATA_IMAGES is not set (STRATA_TEST_NO_SKIP=1): run the tests through `make test`, which builds them")
+		}
+		t.Skip("STRATA_IMAGES is not set: `make images` builds them")
+	}
+	if _, err := os.Stat(d + "/.key"); err != nil {
+		Skip(t, "the test images are missing at "+d+" ("+err.Error()+"): run `make images` as root")
+	}
+	return d
 }
