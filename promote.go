@@ -98,7 +98,7 @@ func (r *Repo) Promote(ctx context.Context, src, into string) (*PromoteResult, e
 		}
 	}
 	if from == into {
-		return nil, fmt.Errorf("promote %s into itself: %w", from, ErrInvalidName)
+		return nil, invalidf("promote %s into itself: give --into another branch", from)
 	}
 	var srcHead, dstHead, base store.ID
 	if err := st.View(ctx, func(tx *store.Tx) error {
