@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -72,8 +73,8 @@ type PushResult struct {
 	Tree   store.ID      `json:"tree"`
 	Digest string        `json:"digest"` // the manifest's
 	Layers []PushedLayer `json:"layers"`
-	// Uploaded counts the bytes the registry was sent (blobs it already
-	// had are not), as go-containerregistry's progress reports them.
+	// Uploaded counts the layer bytes the registry was sent (layers it
+	// already had are not; the config and manifest are not counted).
 	Uploaded   int64 `json:"uploaded_bytes"`
 	DurationNs int64 `json:"duration_ns"`
 }
@@ -145,7 +146,7 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 	defer os.RemoveAll(tmp)
 
 	res := &PushResult{Dest: dst.String(), Commit: commit, Tree: chain[len(chain)-1].Tree}
-	var layers []v1.Layer
+	var layers []*blobLayer
 	var history []v1.History
 	var prevTree store.ID
 	for i, c := range chain {
@@ -224,20 +225,27 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 		if kc == nil {
 			kc = Keychain()
 		}
-		ch := make(chan v1.Update, 16)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for u := range ch {
-				res.Uploaded = u.Complete
-				if opts.Progress != nil {
-					opts.Progress(u.Complete, u.Total)
-				}
+		var total int64
+		for _, l := range layers {
+			total += l.size
+		}
+		var mu sync.Mutex
+		count := func(n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			res.Uploaded += n
+			if opts.Progress != nil {
+				opts.Progress(res.Uploaded, total)
 			}
-		}()
+		}
+		for _, l := range layers {
+			l.read = count
+		}
+		// remote.Write asks the registry for each blob first (and mounts
+		// across repositories of one registry where it can); a layer's
+		// Compressed is opened only to upload it.
 		err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc),
-			remote.WithTransport(transport(opts.TLSVerify)), remote.WithProgress(ch))
-		<-done
+			remote.WithTransport(transport(opts.TLSVerify)))
 		if err != nil {
 			return nil, fmt.Errorf("push %s: %w", dst, err)
 		}
@@ -276,13 +284,34 @@ type blobLayer struct {
 	file           string
 	digest, diffID v1.Hash
 	size, tarSize  int64
+	read           func(n int64) // if set, told of the bytes of Compressed read
 }
 
-func (l *blobLayer) Digest() (v1.Hash, error)             { return l.digest, nil }
-func (l *blobLayer) DiffID() (v1.Hash, error)             { return l.diffID, nil }
-func (l *blobLayer) Size() (int64, error)                 { return l.size, nil }
-func (l *blobLayer) MediaType() (types.MediaType, error)  { return types.OCILayer, nil }
-func (l *blobLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.file) }
+func (l *blobLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
+func (l *blobLayer) DiffID() (v1.Hash, error)            { return l.diffID, nil }
+func (l *blobLayer) Size() (int64, error)                { return l.size, nil }
+func (l *blobLayer) MediaType() (types.MediaType, error) { return types.OCILayer, nil }
+func (l *blobLayer) Compressed() (io.ReadCloser, error) {
+	f, err := os.Open(l.file)
+	if err != nil || l.read == nil {
+		return f, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{readCounter{f, l.read}, f}, nil
+}
+
+type readCounter struct {
+	r  io.Reader
+	fn func(int64)
+}
+
+func (c readCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.fn(int64(n))
+	return n, err
+}
 func (l *blobLayer) Uncompressed() (io.ReadCloser, error) { return gunzipFile(l.file) }
 
 func gunzipFile(p string) (io.ReadCloser, error) {

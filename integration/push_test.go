@@ -182,15 +182,17 @@ func TestPushPull(t *testing.T) {
 	if sent <= top.Size || sent > top.Size+8192 {
 		t.Errorf("one-file push: %d bytes uploaded, want the %d-byte layer and a config", sent, top.Size)
 	}
-	if p3.Uploaded != sent {
-		t.Errorf("push reports %d bytes uploaded, the registry received %d", p3.Uploaded, sent)
+	if p3.Uploaded != top.Size {
+		t.Errorf("push reports %d layer bytes uploaded, want the %d-byte layer (the registry received %d in all)", p3.Uploaded, top.Size, sent)
 	}
 	var wtree struct {
-		Tree string `json:"tree"`
+		Commit struct {
+			Tree string `json:"tree"`
+		} `json:"commit"`
 	}
 	h1.okJSON(&wtree, "show", "ws/w")
-	if wtree.Tree != p3.Tree.String() {
-		t.Errorf("pushed tree %s, ws/w's %s", p3.Tree, wtree.Tree)
+	if wtree.Commit.Tree != p3.Tree.String() {
+		t.Errorf("pushed tree %s, ws/w's %s", p3.Tree, wtree.Commit.Tree)
 	}
 
 	// skopeo sees a standard image with the strata labels and the base.
