@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -17,6 +19,45 @@ func shareCommands(e *env) []*cli.Command {
 		return &cli.BoolFlag{Name: "tls-verify", Value: true, Usage: "require HTTPS and a verified certificate (--tls-verify=false for a plain-HTTP registry)"}
 	}
 	return []*cli.Command{
+		{
+			Name:      "batch-merge",
+			Usage:     "merge the result files of a batch's shards (stdout, in job order); fail unless every job ran exactly once",
+			ArgsUsage: "OUT.jsonl...",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "jobs", Usage: "the batch FILE.jsonl: every job of it must have exactly one result (default: results' line numbers 1..max)"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() == 0 {
+					return usagef("batch-merge needs the shards' result files")
+				}
+				rep, err := strata.BatchMerge(c.Args().Slice(), c.String("jobs"), e.stdout)
+				if err != nil {
+					return err
+				}
+				if e.json {
+					b, _ := json.Marshal(rep)
+					fmt.Fprintf(e.stderr, "%s\n", b)
+				} else if !e.quiet || !rep.OK() {
+					fmt.Fprintf(e.stderr, "batch-merge: %d results from %d files", rep.Results, len(rep.Files))
+					if rep.Jobs > 0 {
+						fmt.Fprintf(e.stderr, " for %d jobs", rep.Jobs)
+					}
+					fmt.Fprintf(e.stderr, "; missing %d, duplicate %d, unknown %d\n", len(rep.Missing), len(rep.Duplicate), len(rep.Unknown))
+					for _, l := range []struct {
+						what string
+						ids  []string
+					}{{"missing", rep.Missing}, {"duplicate", rep.Duplicate}, {"unknown", rep.Unknown}} {
+						if len(l.ids) > 0 {
+							fmt.Fprintf(e.stderr, "  %s: %s\n", l.what, strings.Join(l.ids, " "))
+						}
+					}
+				}
+				if !rep.OK() {
+					return &exitCode{code: exitError}
+				}
+				return nil
+			},
+		},
 		{
 			Name:      "push",
 			Usage:     "push a commit as an OCI image (one layer per commit; blobs the registry has are not sent)",
