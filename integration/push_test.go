@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -281,4 +282,81 @@ func TestPushPull(t *testing.T) {
 	h1.fsckClean()
 	h2.fsckClean()
 	h3.fsckClean()
+}
+
+// TestBatchShards: two stores stand in for two machines. Each pulls the
+// environment from a registry and runs one of two shards of a 40-job
+// batch (one by K/N, one by --shard auto under Slurm's variables);
+// batch-merge finds all 40 exactly once, and refuses a set with a shard
+// missing or given twice.
+func TestBatchShards(t *testing.T) {
+	reg := startRegistry(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "task.txt"), []byte("env-ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h0 := newHome(t)
+	h0.ok("import", src, "-b", "main")
+	h0.ok("push", "main", reg.addr+"/strata/env:v1", "--tls-verify=false")
+
+	dir := t.TempDir()
+	var jobs strings.Builder
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&jobs, `{"id":"job-%02d","from":"env","cmd":["sh","-c","cat task.txt"]}`+"\n", i)
+	}
+	jobsFile := filepath.Join(dir, "jobs.jsonl")
+	if err := os.WriteFile(jobsFile, []byte(jobs.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outs := []string{filepath.Join(dir, "shard0.jsonl"), filepath.Join(dir, "shard1.jsonl")}
+	for k, out := range outs {
+		h := newHome(t)
+		h.ok("pull", reg.addr+"/strata/env:v1", "-b", "env", "--tls-verify=false")
+		args := []string{"batch", jobsFile, "--out", out, "-j", "2"}
+		if k == 0 {
+			args = append(args, "--shard", "0/2")
+		} else {
+			args = append(args, "--shard", "auto")
+			h.env = append(h.env, "SLURM_ARRAY_TASK_ID=1", "SLURM_ARRAY_TASK_COUNT=2")
+		}
+		h.ok(args...)
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 20 {
+			t.Fatalf("shard %d: %d results, want 20", k, len(lines))
+		}
+		for _, l := range lines {
+			var r struct {
+				ID         string `json:"id"`
+				Index      int    `json:"index"`
+				Shard      string `json:"shard"`
+				ExitCode   int    `json:"exit_code"`
+				StdoutTail string `json:"stdout_tail"`
+			}
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Shard != fmt.Sprintf("%d/2", k) || (r.Index-1)%2 != k || r.ExitCode != 0 || r.StdoutTail != "env-ok\n" {
+				t.Errorf("shard %d: result %s", k, l)
+			}
+		}
+	}
+	merged := h0.ok("batch-merge", "--jobs", jobsFile, outs[0], outs[1])
+	if n := strings.Count(merged.stdout, "\n"); n != 40 {
+		t.Errorf("batch-merge: %d lines, want 40", n)
+	}
+	if !strings.HasPrefix(merged.stdout, `{"id":"job-00"`) {
+		t.Errorf("batch-merge: not in job order: %.80s", merged.stdout)
+	}
+	r := h0.fails(1, "batch-merge", "--jobs", jobsFile, outs[0])
+	if !strings.Contains(r.stderr, "missing 20") || !strings.Contains(r.stderr, "job-01") {
+		t.Errorf("batch-merge with a shard missing: %s", r)
+	}
+	r = h0.fails(1, "batch-merge", "--jobs", jobsFile, outs[0], outs[1], outs[1])
+	if !strings.Contains(r.stderr, "duplicate 20") {
+		t.Errorf("batch-merge with a shard twice: %s", r)
+	}
 }
