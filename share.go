@@ -3,6 +3,7 @@ package strata
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/store"
@@ -32,6 +33,7 @@ func (r *Repo) Push(ctx context.Context, ref, dest string, opts PushOptions) (*i
 	}
 	return image.Push(ctx, st, id, dest, image.PushOptions{
 		TLSVerify: !opts.InsecureTLS, Progress: opts.Progress, TempDir: st.Dir(),
+		CacheDir: filepath.Join(st.Dir(), "push-cache"),
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,6 +53,10 @@ type PushOptions struct {
 	Keychain  authn.Keychain // nil: Keychain()
 	// TempDir holds the layer blobs while they are pushed ("": os.TempDir()).
 	TempDir string
+	// CacheDir, if set, remembers each layer's digests (by the two trees
+	// and the build), so that a layer the registry has is not even
+	// written again: only a layer the registry lacks is generated.
+	CacheDir string
 	// Progress, if set, is called as blobs are uploaded: bytes written of
 	// the total the upload needs (blobs the registry has are not counted).
 	Progress func(done, total int64)
@@ -153,7 +158,7 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 		if c.Tree == prevTree {
 			continue
 		}
-		l, err := writeLayerBlob(ctx, s, prevTree, c.Tree, tmp, fmt.Sprintf("layer%d", i))
+		l, err := layerBlob(ctx, s, prevTree, c.Tree, tmp, fmt.Sprintf("layer%d", i), opts.CacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("push %s: layer of commit %s: %w", dst, ids[i].Short(), err)
 		}
@@ -285,6 +290,63 @@ type blobLayer struct {
 	digest, diffID v1.Hash
 	size, tarSize  int64
 	read           func(n int64) // if set, told of the bytes of Compressed read
+	// make, if set, writes the file (the digests came from the cache);
+	// called once, by the first Compressed or Uncompressed.
+	make func() error
+	once sync.Once
+	err  error
+}
+
+func (l *blobLayer) ensure() error {
+	if l.make != nil {
+		l.once.Do(func() { l.err = l.make() })
+	}
+	return l.err
+}
+
+// cachedLayer is what the push cache keeps of a layer.
+type cachedLayer struct {
+	Digest, DiffID v1.Hash
+	Size, Tar      int64
+}
+
+// layerBlob returns the layer from lower to upper: from the cache (the
+// file written only if the registry asks for it) or written now.
+func layerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, dir, name, cache string) (*blobLayer, error) {
+	if cache == "" {
+		return writeLayerBlob(ctx, s, lower, upper, dir, name)
+	}
+	key := sha256.Sum256([]byte("strata layer v1 " + runtime.Version() + " " + lower.String() + " " + upper.String()))
+	cp := path.Join(cache, hex.EncodeToString(key[:]))
+	if b, err := os.ReadFile(cp); err == nil {
+		var c cachedLayer
+		if json.Unmarshal(b, &c) == nil && c.Size > 0 {
+			l := &blobLayer{file: path.Join(dir, name), digest: c.Digest, diffID: c.DiffID, size: c.Size, tarSize: c.Tar}
+			l.make = func() error {
+				w, err := writeLayerBlob(ctx, s, lower, upper, dir, name)
+				if err != nil {
+					return err
+				}
+				if w.digest != l.digest || w.diffID != l.diffID {
+					return fmt.Errorf("layer %s: written again it is %s: the push cache %s is stale, remove it", l.digest, w.digest, cache)
+				}
+				return nil
+			}
+			return l, nil
+		}
+	}
+	l, err := writeLayerBlob(ctx, s, lower, upper, dir, name)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(cachedLayer{Digest: l.digest, DiffID: l.diffID, Size: l.size, Tar: l.tarSize})
+	if err := os.MkdirAll(cache, 0o755); err == nil {
+		tmp := cp + ".tmp"
+		if os.WriteFile(tmp, b, 0o644) == nil {
+			_ = os.Rename(tmp, cp) // a cache: failing to keep it costs only time
+		}
+	}
+	return l, nil
 }
 
 func (l *blobLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
@@ -292,6 +354,9 @@ func (l *blobLayer) DiffID() (v1.Hash, error)            { return l.diffID, nil 
 func (l *blobLayer) Size() (int64, error)                { return l.size, nil }
 func (l *blobLayer) MediaType() (types.MediaType, error) { return types.OCILayer, nil }
 func (l *blobLayer) Compressed() (io.ReadCloser, error) {
+	if err := l.ensure(); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(l.file)
 	if err != nil || l.read == nil {
 		return f, err
@@ -312,7 +377,12 @@ func (c readCounter) Read(p []byte) (int, error) {
 	c.fn(int64(n))
 	return n, err
 }
-func (l *blobLayer) Uncompressed() (io.ReadCloser, error) { return gunzipFile(l.file) }
+func (l *blobLayer) Uncompressed() (io.ReadCloser, error) {
+	if err := l.ensure(); err != nil {
+		return nil, err
+	}
+	return gunzipFile(l.file)
+}
 
 func gunzipFile(p string) (io.ReadCloser, error) {
 	f, err := os.Open(p)

@@ -109,4 +109,23 @@ func TestPushPullRoundTrip(t *testing.T) {
 			t.Errorf("layer %d: reused %v, want %v", i, l.Reused, want)
 		}
 	}
+
+	// With the push cache: the second push takes the digests from it and
+	// writes the layers only because the layout asks for them — the same
+	// image, and it imports to the same tree.
+	cache := t.TempDir()
+	var digests []string
+	for _, dst := range []string{"cache1", "cache2"} {
+		r, err := image.Push(ctx, a, pc, "oci:"+filepath.Join(out, dst)+":proj", image.PushOptions{CacheDir: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, r.Digest)
+	}
+	if digests[0] != pp.Digest || digests[1] != pp.Digest {
+		t.Errorf("pushes with the cache: %v, without: %s", digests, pp.Digest)
+	}
+	if rc := importImage(t, openStore(t), "oci:"+filepath.Join(out, "cache2")+":proj", "p"); rc.Tree != ptree {
+		t.Errorf("cached push imports to %s, want %s", rc.Tree.Short(), ptree.Short())
+	}
 }
