@@ -2,6 +2,7 @@ package strata
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -78,9 +79,13 @@ func (r *Repo) CreateBranch(ctx context.Context, name, from string) (store.ID, e
 }
 
 // DeleteBranch deletes a branch. A branch bound to a workspace cannot be
-// deleted while the workspace exists. The commit stays reachable through
-// the operation log until gc's prune window passes.
-func (r *Repo) DeleteBranch(ctx context.Context, name string) (store.ID, error) {
+// deleted while the workspace exists (its commits move that branch), even
+// with force. A branch workspaces were forked from (where promote merges
+// them by default, and where `branch create` starts) is refused too,
+// naming them, unless force. Either refusal is ErrConflict and changes
+// nothing. The commit stays reachable through the operation log until
+// gc's prune window passes.
+func (r *Repo) DeleteBranch(ctx context.Context, name string, force bool) (store.ID, error) {
 	var old store.ID
 	err := r.update(ctx, func(tx *store.Tx) error {
 		var err error
@@ -91,10 +96,24 @@ func (r *Repo) DeleteBranch(ctx context.Context, name string) (store.ID, error) 
 		if err != nil {
 			return err
 		}
+		var bound, forked []string
 		for _, w := range wss {
-			if w.Branch == name {
-				return fmt.Errorf("branch %q is used by workspace %q (remove it with `strata ws rm %s` first): %w", name, w.Name, w.Name, ErrConflict)
+			var x wsExtra
+			_ = json.Unmarshal(w.Extra, &x)
+			switch {
+			case w.Branch == name:
+				bound = append(bound, w.Name)
+			case x.FromBranch == name:
+				forked = append(forked, w.Name)
 			}
+		}
+		if len(bound) > 0 {
+			return fmt.Errorf("branch %q is bound to workspace(s) %s (remove them with `strata ws rm` first; --force does not override this): %w",
+				name, strings.Join(bound, ", "), ErrConflict)
+		}
+		if len(forked) > 0 && !force {
+			return fmt.Errorf("workspace(s) %s were forked from branch %q and promote into it (pass --force to delete it anyway): %w",
+				strings.Join(forked, ", "), name, ErrConflict)
 		}
 		if err := tx.SetRef(name, old, store.ZeroID); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/stratafs/strata/nsexec"
@@ -23,12 +24,15 @@ type CommitResult struct {
 	Stats     store.CommitStats `json:"stats"`
 	// Clean is true when the workspace had nothing to commit: no commit
 	// was made and Commit is the workspace's base.
-	Clean      bool  `json:"clean"`
-	Changed    int   `json:"changed"`
-	FilesRead  int64 `json:"files_read"`
-	NewObjects int64 `json:"new_objects"`
-	NewBytes   int64 `json:"new_bytes"`
-	DurationNs int64 `json:"duration_ns"`
+	Clean   bool `json:"clean"`
+	Changed int  `json:"changed"`
+	// Incremental: only what changed since the last commit was read and
+	// applied (the committed-state index held); otherwise the whole upper.
+	Incremental bool  `json:"incremental"`
+	FilesRead   int64 `json:"files_read"`
+	NewObjects  int64 `json:"new_objects"`
+	NewBytes    int64 `json:"new_bytes"`
+	DurationNs  int64 `json:"duration_ns"`
 }
 
 // tree of a workspace: what its merged view holds now.
@@ -38,6 +42,12 @@ type wsTree struct {
 	base   *store.Commit // the workspace's base commit
 	tree   store.ID      // the merged view as a tree
 	result *snapshot.ApplyResult
+	// The upper as it was read, for the committed-state index; nil when
+	// the upper is empty or could not be walked.
+	state   *upperState
+	changes []overlayfs.Change
+	prev    *committedIndex // the index read (nil: none valid)
+	delta   bool            // applied only the changes since the last commit, to base
 }
 
 // workspaceTree reads a workspace's upper directory into a tree through
@@ -90,20 +100,57 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 	if nsexec.RealRoot() {
 		flavour = overlayfs.FlavourTrusted
 	}
-	changes, err := overlayfs.Changes(x.Upper, lowers, flavour)
-	if err != nil {
-		return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
+	// Since the last commit (the committed-state index): only the
+	// entries that changed since and their parents are read; otherwise
+	// everything the upper holds over the mount base's stack.
+	applyTo, applyStats, ucs := mountBase.Tree, mountBase.Stats, []snapshot.UpperChange(nil)
+	state, werr := walkUpper(x.Upper)
+	if werr != nil {
+		state = nil
 	}
-	res, err := snapshot.ApplyUpper(ctx, st, wr, mountBase.Tree, upperChanges(changes), snapshot.ApplyOptions{
-		StatCacheRoot:  x.Upper,
-		BaseStats:      &mountBase.Stats,
-		Warn:           warn,
-		DeferStatCache: deferStatCache,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("workspace %q: %w", name, err)
+	var changes []overlayfs.Change
+	idx := r.loadCommittedIndex(w, x)
+	if idx != nil && state != nil {
+		need := idx.needed(state)
+		changes, err = overlayfs.ChangesWithin(x.Upper, lowers, flavour, func(rel string) bool { return need[rel] })
+		if err != nil {
+			return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
+		}
+		if d, ok := idx.deltaSince(state, changes, x.Upper, lowers); ok {
+			applyTo, applyStats, ucs = base.Tree, base.Stats, d
+			out.delta = true
+		}
 	}
-	out.tree, out.result = res.Tree, res
+	if !out.delta {
+		if changes, err = overlayfs.Changes(x.Upper, lowers, flavour); err != nil {
+			return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
+		}
+		ucs = upperChanges(changes)
+	}
+	out.prev = idx
+	out.state, out.changes = state, changes
+	if out.delta && len(ucs) == 0 {
+		out.tree = base.Tree
+		out.result = &snapshot.ApplyResult{Tree: base.Tree, Stats: base.Stats}
+	} else {
+		res, err := snapshot.ApplyUpper(ctx, st, wr, applyTo, ucs, snapshot.ApplyOptions{
+			StatCacheRoot:  x.Upper,
+			BaseStats:      &applyStats,
+			Warn:           warn,
+			DeferStatCache: deferStatCache,
+			Previous:       base.Tree, // delta bases: the last commit's versions
+		})
+		if err != nil {
+			return nil, fmt.Errorf("workspace %q: %w", name, err)
+		}
+		out.tree, out.result = res.Tree, res
+	}
+	if state != nil {
+		// The index about to record these ctimes must not see a later
+		// change carry one of them: the processes stay stopped until
+		// the clock has moved past (at most a tick).
+		waitPastCtimes(state.maxCtime)
+	}
 	return out, nil
 }
 
@@ -192,10 +239,12 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	out := &CommitResult{
 		Parent: w.Base, Branch: w.Branch, Workspace: name,
 		Stats: wt.result.Stats, Changed: wt.result.Changed, FilesRead: wt.result.FilesRead,
+		Incremental: wt.delta,
 	}
 	if wt.tree == wt.base.Tree {
 		out.Clean, out.Commit = true, w.Base
 		out.Stats = wt.base.Stats
+		r.saveCommittedIndex(w, wt.x, w.Base, wt.state, wt.changes, wt.prev)
 		if save := wt.result.SaveStatCache; save != nil {
 			// Nothing to commit, but what was read is worth remembering.
 			return out, wr.Finish(save)
@@ -210,13 +259,13 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 			Tree: wt.tree, Parents: []store.ID{w.Base}, Message: msg,
 			TimeNs: time.Now().UnixNano(), Source: wt.base.Source, Stats: wt.result.Stats,
 		}
-		id, err := tx.PutCommit(c)
+		id, err := tx.CommitOnBranch(c, w.Branch, w.Base, store.Op{Kind: "commit", Detail: name})
+		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
+			return fmt.Errorf("branch %q moved since workspace %q was based on %s (another commit or a promote); the changes stay in the workspace — `strata rebase %s` moves them onto the branch (or reset it onto the branch to drop them): %w",
+				w.Branch, name, w.Base.Short(), name, moved.Err)
+		}
 		if err != nil {
 			return err
-		}
-		if err := tx.SetRef(w.Branch, w.Base, id); err != nil {
-			return fmt.Errorf("branch %q moved since workspace %q was based on %s (another commit or a promote); the changes stay in the workspace — reset it onto the branch or commit them elsewhere: %w",
-				w.Branch, name, w.Base.Short(), err)
 		}
 		cur, err := tx.Workspace(name)
 		if err != nil {
@@ -231,11 +280,9 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 		}
 		out.Commit = id
 		if save := wt.result.SaveStatCache; save != nil {
-			if err := save(tx); err != nil {
-				return err
-			}
+			return save(tx)
 		}
-		return tx.AppendOp(store.Op{Kind: "commit", Ref: w.Branch, Old: w.Base, New: id, Detail: name})
+		return nil
 	})
 	if optimistic && errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %w", errReusedGone, err)
@@ -243,6 +290,11 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	if err != nil {
 		return nil, err
 	}
+	// The upper as read is now the base: later commits read only what
+	// changes since (written after the transaction, so that a crash
+	// leaves an index of the old base, which is ignored).
+	w.Base = out.Commit
+	r.saveCommittedIndex(w, wt.x, out.Commit, wt.state, wt.changes, wt.prev)
 	ws := wr.Stats()
 	out.NewObjects, out.NewBytes = ws.NewObjects, ws.NewBytes
 	return out, nil
@@ -250,8 +302,17 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 
 // Reset drops a workspace's uncommitted changes; with ref, it also moves
 // the workspace and its branch to ref (compare-and-swap, like git reset
-// --hard). Checkpoints are commits: resetting to one is the rollback. The
+// --hard); ref naming the branch's own head moves only the workspace (the
+// way out of a commit refused because the branch moved). Checkpoints are commits: resetting to one is the rollback. The
 // workspace's processes are ended first: its upper directory is replaced.
+//
+// Reset decides before it changes anything: a branch that moved since the
+// workspace's base fails it (ErrConflict) with the processes running and
+// the upper as it was. The workspace then moves to a fresh upper and work
+// directory in one registry transaction that also moves the branch; only
+// after it lands is the old upper removed. A failure, or a kill at any
+// instant, leaves either the old upper in force or the new one, never an
+// emptied upper under the old record (docs/workspaces.md, "Reset").
 func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 	w, x, err := r.loadWorkspace(ctx, name)
 	if err != nil {
@@ -263,51 +324,90 @@ func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 			return store.ZeroID, err
 		}
 	}
-	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil {
+	if err := needSubIDNS(name, x); err != nil {
 		return store.ZeroID, err
 	}
-	if err := clearDir(x.Upper); err != nil {
+	// Decide: the branch must still be where the workspace is based, or
+	// already at target (a reset onto the branch's head moves only the
+	// workspace).
+	if target != w.Base {
+		if err := r.view(ctx, func(tx *store.Tx) error {
+			head, err := tx.Ref(w.Branch)
+			if err != nil {
+				return fmt.Errorf("branch %q: %w", w.Branch, err)
+			}
+			if head != w.Base && head != target {
+				return fmt.Errorf("branch %q moved since workspace %q was based on %s (it is at %s now): nothing changed, the changes stay in the workspace; commit them elsewhere, or rebase the workspace: %w",
+					w.Branch, name, w.Base.Short(), head.Short(), ErrConflict)
+			}
+			return nil
+		}); err != nil {
+			return store.ZeroID, err
+		}
+	}
+	nu, nw, err := freshUpper(x)
+	if err != nil {
 		return store.ZeroID, fmt.Errorf("reset %q: %w", name, err)
 	}
-	if err := clearDir(x.Work); err != nil {
-		return store.ZeroID, fmt.Errorf("reset %q: %w", name, err)
+	dropNew := func() { _ = removeAll(nu); _ = removeAll(nw) }
+	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil && !errors.Is(err, nsexec.ErrNotRunning) {
+		dropNew()
+		return store.ZeroID, err
 	}
 	err = r.update(ctx, func(tx *store.Tx) error {
 		cur, err := tx.Workspace(name)
 		if err != nil {
 			return err
 		}
-		if target != cur.Base {
+		var cx wsExtra
+		_ = json.Unmarshal(cur.Extra, &cx)
+		if cur.Base != w.Base || filepath.Base(cx.Upper) != filepath.Base(x.Upper) {
+			return fmt.Errorf("workspace %q was committed or reset by another process meanwhile: nothing changed: %w", name, ErrConflict)
+		}
+		head, err := tx.Ref(cur.Branch)
+		if err != nil {
+			return fmt.Errorf("branch %q: %w", cur.Branch, err)
+		}
+		if target != cur.Base && head != target {
 			if err := tx.SetRef(cur.Branch, cur.Base, target); err != nil {
-				return fmt.Errorf("branch %q moved meanwhile: %w", cur.Branch, err)
+				return fmt.Errorf("branch %q moved meanwhile: nothing changed: %w", cur.Branch, err)
 			}
 			if err := tx.AppendOp(store.Op{Kind: "reset", Ref: cur.Branch, Old: cur.Base, New: target, Detail: name}); err != nil {
 				return err
 			}
 		}
-		var cx wsExtra
-		_ = json.Unmarshal(cur.Extra, &cx)
 		cx.MountBase = target.String()
+		cx.Upper, cx.Work = nu, nw
 		cur.Extra, _ = json.Marshal(cx)
 		cur.Base = target
 		return tx.PutWorkspace(cur)
 	})
-	return target, err
+	if err != nil {
+		dropNew()
+		return store.ZeroID, err
+	}
+	// The registry names the new upper: the old one is garbage now.
+	_ = removeAll(x.Upper)
+	_ = removeAll(x.Work)
+	return target, nil
 }
 
-// clearDir empties dir, keeping dir itself.
-func clearDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return os.MkdirAll(dir, 0o700)
-		}
-		return err
+// freshUpper makes a new, empty upper and work directory beside a
+// workspace's current ones (named upper.<random>, work.<random>).
+func freshUpper(x wsExtra) (upper, work string, err error) {
+	dir := filepath.Dir(x.Upper)
+	suffix := randomHex(6)
+	upper, work = filepath.Join(dir, "upper."+suffix), filepath.Join(dir, "work."+suffix)
+	// A tmpfs workspace's directory is gone after a reboot.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
 	}
-	for _, e := range ents {
-		if err := removeAll(dir + "/" + e.Name()); err != nil {
-			return err
-		}
+	if err := os.Mkdir(upper, 0o700); err != nil {
+		return "", "", err
 	}
-	return nil
+	if err := os.Mkdir(work, 0o700); err != nil {
+		_ = os.Remove(upper)
+		return "", "", err
+	}
+	return upper, work, nil
 }

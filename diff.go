@@ -112,6 +112,9 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	if err != nil {
 		return nil, nil, err
 	}
+	if st.Full() {
+		return nil, nil, r.noSpace(fmt.Sprintf("diff %s: a workspace's diff stores its changed files first (diff of commits, REF or A..B, still works)", name))
+	}
 	wr, err := st.NewWriter(ctx, "diff "+name)
 	if err != nil {
 		return nil, nil, err
@@ -176,6 +179,15 @@ func (r *Repo) FileChanges(ctx context.Context, changes []snapshot.Change, count
 			fc.New = &e
 		}
 		if counts {
+			// Binary is decided by the first 8000 bytes: a binary file
+			// (a 2 GiB sparse image) is not read further.
+			if bin, err := r.binaryHead(ctx, st, c, oldF, newF); err != nil {
+				return nil, err
+			} else if bin {
+				fc.Binary = true
+				out = append(out, fc)
+				continue
+			}
 			a, b, err := r.sides(ctx, st, c, oldF, newF)
 			if err != nil {
 				return nil, err
@@ -213,6 +225,39 @@ func gitMode(e *store.TreeEntry) uint32 {
 		return textdiff.ModeExec
 	}
 	return textdiff.ModeFile
+}
+
+// binaryHead reports whether either side of a change is binary, reading
+// only the first bytes git inspects of each.
+func (r *Repo) binaryHead(ctx context.Context, st *store.Store, c snapshot.Change, oldF, newF bool) (bool, error) {
+	head := func(e *store.TreeEntry) (bool, error) {
+		if e.Type != store.TypeFile || e.Content.IsZero() {
+			return false, nil
+		}
+		rc, err := st.OpenContent(ctx, e.Content)
+		if err != nil {
+			return false, err
+		}
+		defer rc.Close()
+		b := make([]byte, 8000)
+		n, err := io.ReadFull(rc, b)
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return false, err
+		}
+		return textdiff.IsBinary(b[:n]), nil
+	}
+	for _, s := range []struct {
+		use bool
+		e   *store.TreeEntry
+	}{{oldF, c.Old}, {newF, c.New}} {
+		if !s.use {
+			continue
+		}
+		if bin, err := head(s.e); err != nil || bin {
+			return bin, err
+		}
+	}
+	return false, nil
 }
 
 // sides reads the old and new bytes of a change (symlink targets for

@@ -2,20 +2,13 @@ package strata
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/stratafs/strata/landlock"
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/nsexec"
-	"github.com/stratafs/strata/seccomp"
 )
 
 // Sandbox modes (--sandbox).
@@ -173,110 +166,19 @@ func (r *Repo) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions
 	cmd.View, cmd.Binds = true, vp.Binds
 	cmd.Env = append(cmd.Env, vp.Env...)
 	rw := append([]string{"/var/tmp"}, vp.RW...)
-	var pol landlock.Policy
-	if mode == SandboxStrict {
-		pol = landlock.Strict(target, "/tmp", vp.RO, rw)
-	} else {
-		pol = landlock.Agent(target, "/tmp", vp.RO, rw)
-	}
-	pol.ConnectTCP = append(pol.ConnectTCP, o.AllowConnect...)
-	pol.BindTCP = append(pol.BindTCP, o.AllowBind...)
-	pol.RequireABI = o.RequireABI
-	abi, _ := landlock.ABI()
-	rs, err := landlock.Plan(pol, abi)
+	plan, err := sandbox.Build(sandbox.Request{
+		Strict: mode == SandboxStrict, Target: target, Tmp: "/tmp", RO: vp.RO, RW: rw,
+		ConnectTCP: o.AllowConnect, BindTCP: o.AllowBind, RequireABI: o.RequireABI,
+		CacheDir: filepath.Join(r.home, "cache"),
+	})
 	if err != nil {
 		return err
 	}
-	for _, w := range rs.Warnings {
+	for _, w := range plan.Warnings {
 		warn("sandbox: " + w)
 	}
-	if rs.Enforced() {
-		cmd.Landlock = rs
-	}
-	sp := seccomp.Agent()
-	if mode == SandboxStrict {
-		sp = seccomp.Strict()
-	}
-	f, err := seccomp.Plan(sp, runtime.GOARCH)
-	if err != nil {
-		return err
-	}
-	progs, err := r.compileSeccomp(f)
-	if err != nil {
-		return err
-	}
-	cmd.Seccomp = progs
+	cmd.Landlock, cmd.Seccomp = plan.Landlock, plan.Seccomp
 	return nil
-}
-
-// compileSeccomp compiles a filter to BPF, through a cache in the store
-// directory: libseccomp's compile costs about a millisecond, which every
-// sandboxed exec would pay (the sandbox's target is to add under 1 ms). The
-// key covers the plan and libseccomp's version, which decide the program.
-func (r *Repo) compileSeccomp(f *seccomp.Filter) ([][]unix.SockFilter, error) {
-	key := f.Key()
-	_, lib := seccomp.Available()
-	sum := sha256.Sum256(append(append(key[:], 0), lib...))
-	file := filepath.Join(r.home, "cache", "seccomp-"+hex.EncodeToString(sum[:12])+".bpf")
-	if b, err := os.ReadFile(file); err == nil {
-		if progs, ok := decodeBPF(b); ok {
-			return progs, nil
-		}
-	}
-	progs, err := seccomp.Compile(f)
-	if err != nil {
-		return nil, err
-	}
-	// A cache that cannot be written (a read-only store) only costs time.
-	if os.MkdirAll(filepath.Dir(file), 0o700) == nil {
-		_ = writeFileAtomic(file, encodeBPF(progs), false)
-	}
-	return progs, nil
-}
-
-// encodeBPF lays out programs as: count, then per program its length and
-// its instructions (code u16, jt u8, jf u8, k u32), little endian.
-func encodeBPF(progs [][]unix.SockFilter) []byte {
-	b := binary.LittleEndian.AppendUint32(nil, uint32(len(progs)))
-	for _, p := range progs {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
-		for _, in := range p {
-			b = binary.LittleEndian.AppendUint16(b, in.Code)
-			b = append(b, in.Jt, in.Jf)
-			b = binary.LittleEndian.AppendUint32(b, in.K)
-		}
-	}
-	return b
-}
-
-func decodeBPF(b []byte) ([][]unix.SockFilter, bool) {
-	if len(b) < 4 {
-		return nil, false
-	}
-	n := binary.LittleEndian.Uint32(b)
-	b = b[4:]
-	if n == 0 || n > 16 {
-		return nil, false
-	}
-	progs := make([][]unix.SockFilter, 0, n)
-	for i := uint32(0); i < n; i++ {
-		if len(b) < 4 {
-			return nil, false
-		}
-		m := binary.LittleEndian.Uint32(b)
-		b = b[4:]
-		// BPF_MAXINSNS is 4096 (include/uapi/linux/bpf_common.h).
-		if m == 0 || m > 4096 || uint64(len(b)) < uint64(m)*8 {
-			return nil, false
-		}
-		p := make([]unix.SockFilter, m)
-		for j := range p {
-			p[j] = unix.SockFilter{Code: binary.LittleEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.LittleEndian.Uint32(b[4:])}
-			b = b[8:]
-		}
-		progs = append(progs, p)
-	}
-	return progs, len(b) == 0
 }
 
 // mergeEnv overlays extra K=V pairs on base.

@@ -50,6 +50,28 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.Full() && !opts.DryRun {
+		// A full filesystem: the database cannot be written until
+		// something else frees space, so the files go first — layers
+		// nothing needs, leftovers of interrupted processes — and the
+		// objects after, if that made room.
+		out := &GCResult{}
+		if err := r.gcFiles(ctx, st, out); err != nil {
+			return nil, err
+		}
+		if st, err = r.reopen(); err != nil {
+			return out, err
+		}
+		if st.Full() {
+			return out, r.noSpace(fmt.Sprintf("gc removed %d layer(s) (%d bytes) and %d leftover(s), but the database cannot be collected", out.LayersFreed, out.LayerBytes, len(out.StaleRemoved)))
+		}
+		res, err := st.GC(ctx, store.GCOptions{Prune: opts.Prune, Progress: opts.Progress})
+		if err != nil {
+			return out, err
+		}
+		out.Store = *res
+		return out, nil
+	}
 	res, err := st.GC(ctx, store.GCOptions{Prune: opts.Prune, DryRun: opts.DryRun, Progress: opts.Progress})
 	if err != nil {
 		return nil, err
@@ -58,29 +80,38 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if opts.DryRun {
 		return out, nil
 	}
+	if err := r.gcFiles(ctx, st, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// gcFiles evicts the layers nothing needs and removes leftovers of
+// interrupted strata processes; it only reads the database.
+func (r *Repo) gcFiles(ctx context.Context, st *store.Store, out *GCResult) error {
 	keep, wss, err := r.cacheRoots(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	depth, err := r.MaxLayers()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Layers: exclusive against workspaces being started, which hold the
 	// lock shared between computing their stack and mounting it.
 	unlock, err := r.layerLock(true)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ev, err := snapshot.NewLayerCache(filepath.Join(r.home, layersDir)).Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute, MaxDepth: depth})
 	unlock()
 	if err != nil {
-		return nil, fmt.Errorf("gc: layers: %w", err)
+		return fmt.Errorf("gc: layers: %w", err)
 	}
 	out.LayersFreed, out.LayerBytes = len(ev.Removed), ev.Bytes
 	out.StaleRemoved = r.removeStale(wss)
 	r.cleanRuns(true)
-	return out, nil
+	return nil
 }
 
 // cacheRoots are the commits whose layers gc keeps: branch heads (so that a
@@ -123,6 +154,28 @@ func (r *Repo) removeStale(wss []store.Workspace) []string {
 	old := func(p string) bool {
 		var st unix.Stat_t
 		return unix.Lstat(p, &st) == nil && time.Since(time.Unix(st.Ctim.Unix())) > staleAfter
+	}
+	// Uppers a reset replaced (or made, then was killed before its
+	// transaction) that the registry no longer names.
+	for i := range wss {
+		var x wsExtra
+		_ = json.Unmarshal(wss[i].Extra, &x)
+		r.relocate(&wss[i], &x)
+		dir := filepath.Dir(x.Upper)
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			n := e.Name()
+			if n != "upper" && n != "work" && !strings.HasPrefix(n, "upper.") && !strings.HasPrefix(n, "work.") {
+				continue
+			}
+			if p == x.Upper || p == x.Work || !old(p) {
+				continue
+			}
+			if removeAll(p) == nil {
+				removed = append(removed, p)
+			}
+		}
 	}
 	for _, root := range []string{filepath.Join(r.home, workspacesDir), r.tmpfsRoot()} {
 		ents, err := os.ReadDir(root)

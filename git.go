@@ -2,6 +2,7 @@ package strata
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -111,15 +112,12 @@ func (r *Repo) ImportGit(ctx context.Context, repoArg string, opts GitImportOpti
 		if !parent.IsZero() {
 			c.Parents = []store.ID{parent}
 		}
-		id, err := tx.PutCommit(c)
-		if err != nil {
-			return err
-		}
-		if err := tx.SetRef(branch, parent, id); err != nil {
-			return fmt.Errorf("branch %q moved during import: %w", branch, err)
+		id, err := tx.CommitOnBranch(c, branch, parent, store.Op{Kind: "import-git", Detail: res.Repo + "@" + res.Rev})
+		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
+			return fmt.Errorf("branch %q moved during import: %w", branch, moved.Err)
 		}
 		out.Commit = id
-		return tx.AppendOp(store.Op{Kind: "import-git", Ref: branch, Old: parent, New: id, Detail: res.Repo + "@" + res.Rev})
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package strata
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -146,15 +147,12 @@ func (r *Repo) Import(ctx context.Context, dir string, opts ImportOptions) (*Imp
 		if !parent.IsZero() {
 			c.Parents = []store.ID{parent}
 		}
-		id, err := tx.PutCommit(c)
-		if err != nil {
-			return err
-		}
-		if err := tx.SetRef(branch, parent, id); err != nil {
-			return fmt.Errorf("branch %q moved during import: %w", branch, err)
+		id, err := tx.CommitOnBranch(c, branch, parent, store.Op{Kind: "import", Detail: abs})
+		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
+			return fmt.Errorf("branch %q moved during import: %w", branch, moved.Err)
 		}
 		out.Commit = id
-		return tx.AppendOp(store.Op{Kind: "import", Ref: branch, Old: parent, New: id, Detail: abs})
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -166,19 +166,16 @@ func (r *Repo) Promote(ctx context.Context, src, into string) (*PromoteResult, e
 		return nil, &ConflictError{Into: into, Conflicts: mr.Conflicts}
 	}
 	err = wr.Finish(func(tx *store.Tx) error {
-		id, err := tx.PutCommit(&store.Commit{
+		id, err := tx.CommitOnBranch(&store.Commit{
 			Tree: mr.Tree, Parents: []store.ID{dstHead, srcHead},
 			Message: fmt.Sprintf("promote %s into %s", from, into),
 			TimeNs:  time.Now().UnixNano(), Source: trees[dstHead].Source, Stats: mr.Stats,
-		})
-		if err != nil {
-			return err
-		}
-		if err := tx.SetRef(into, dstHead, id); err != nil {
-			return fmt.Errorf("branch %q moved during promote: %w", into, err)
+		}, into, dstHead, store.Op{Kind: "promote", Detail: "merge " + from})
+		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
+			return fmt.Errorf("branch %q moved during promote: %w", into, moved.Err)
 		}
 		out.Commit = id
-		return tx.AppendOp(store.Op{Kind: "promote", Ref: into, Old: dstHead, New: id, Detail: "merge " + from})
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/glob"
 	"github.com/stratafs/strata/internal/textdiff"
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/overlayfs"
@@ -410,12 +411,9 @@ func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, b
 	}
 	branch := opts.CommitBranch
 	return wr.Finish(func(tx *store.Tx) error {
-		id, err := tx.PutCommit(&store.Commit{
+		c := &store.Commit{
 			Tree: ar.Tree, Parents: []store.ID{res.From}, Message: "run " + strings.Join(opts.Argv, " "),
 			TimeNs: time.Now().UnixNano(), Source: base.Source, Stats: ar.Stats,
-		})
-		if err != nil {
-			return err
 		}
 		head, err := tx.Ref(branch)
 		switch {
@@ -426,11 +424,12 @@ func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, b
 		case head != res.From:
 			return fmt.Errorf("branch %q is at %s, not at the run's base %s: %w", branch, head.Short(), res.From.Short(), ErrConflict)
 		}
-		if err := tx.SetRef(branch, head, id); err != nil {
-			return fmt.Errorf("branch %q moved during the run: %w", branch, err)
+		id, err := tx.CommitOnBranch(c, branch, head, store.Op{Kind: "run-commit", Detail: res.ID})
+		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
+			return fmt.Errorf("branch %q moved during the run: %w", branch, moved.Err)
 		}
 		res.Commit, res.Branch = id, branch
-		return tx.AppendOp(store.Op{Kind: "run-commit", Ref: branch, Old: head, New: id, Detail: res.ID})
+		return err
 	})
 }
 
@@ -472,7 +471,7 @@ func policyCheck(diff []snapshot.Change, protect []string) []Violation {
 	var out []Violation
 	for _, c := range diff {
 		for _, g := range protect {
-			if globMatch(g, c.Path) {
+			if glob.Match(g, c.Path) {
 				out = append(out, Violation{Path: c.Path, Reason: "protected by --protect " + g})
 				break
 			}
@@ -501,38 +500,6 @@ func escapes(p, target string) bool {
 	}
 	j := path.Join(path.Dir(p), target)
 	return j == ".." || strings.HasPrefix(j, "../")
-}
-
-// globMatch matches a slash-separated path against a glob where `**`
-// matches any number of path elements and a glob without a slash matches
-// the base name at any depth.
-func globMatch(glob, p string) bool {
-	if !strings.Contains(glob, "/") {
-		ok, _ := path.Match(glob, path.Base(p))
-		return ok
-	}
-	return matchParts(strings.Split(glob, "/"), strings.Split(p, "/"))
-}
-
-func matchParts(g, p []string) bool {
-	for len(g) > 0 {
-		if g[0] == "**" {
-			for i := 0; i <= len(p); i++ {
-				if matchParts(g[1:], p[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(p) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(g[0], p[0]); !ok {
-			return false
-		}
-		g, p = g[1:], p[1:]
-	}
-	return len(p) == 0
 }
 
 // adoptRun registers a kept run as a workspace named name.

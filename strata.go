@@ -121,12 +121,31 @@ func Open(home string, opts OpenOptions) (*Repo, error) {
 // db returns the store, opening it on first use.
 func (r *Repo) db() (*store.Store, error) {
 	r.once.Do(func() {
-		r.st, r.stErr = store.Open(r.home, store.Options{ReadOnly: r.readOnly})
+		r.st, r.stErr = store.Open(r.home, store.Options{ReadOnly: r.readOnly, ReadOnlyWhenFull: true})
 	})
 	return r.st, r.stErr
 }
 
 // Close releases the store.
+// reopen closes the store and opens it again: after a command freed space
+// on a full filesystem, the store opened read-only (store.Store.Full) may
+// be writable now.
+func (r *Repo) reopen() (*store.Store, error) {
+	r.once.Do(func() {})
+	if r.st != nil {
+		_ = r.st.Close()
+	}
+	r.st, r.stErr = store.Open(r.home, store.Options{ReadOnly: r.readOnly, ReadOnlyWhenFull: true})
+	return r.st, r.stErr
+}
+
+// noSpace is the error of an operation that needs to write a store whose
+// filesystem is full: where, and what frees space.
+func (r *Repo) noSpace(what string) error {
+	return fmt.Errorf("%s: no space left on %s, which holds the store; free space there: `strata ws rm -f NAME` removes a workspace and its changes, `strata ws stop NAME` releases files deleted inside it, `strata gc --prune 0s` drops unreferenced data: %w",
+		what, store.MountPoint(r.home), ErrNoSpace)
+}
+
 func (r *Repo) Close() error {
 	r.once.Do(func() {}) // no open after Close
 	if r.st == nil {

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/stratafs/strata/internal/glob"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -78,7 +77,7 @@ func TestGlobMatch(t *testing.T) {
 		{"src/**/*.go", "src/x.go", true},
 		{"src/**/*.go", "lib/x.go", false},
 	} {
-		if got := globMatch(tc.glob, tc.path); got != tc.want {
+		if got := glob.Match(tc.glob, tc.path); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v; want %v", tc.glob, tc.path, got, tc.want)
 		}
 	}
@@ -182,20 +181,6 @@ func TestBatchFiles(t *testing.T) {
 	}
 	if safeName("..") == ".." || strings.Contains(safeName("a/b"), "/") {
 		t.Errorf("safeName lets a path through")
-	}
-}
-
-func TestBPFCodec(t *testing.T) {
-	progs := [][]unix.SockFilter{{{Code: 0x20, K: 4}, {Code: 0x15, Jt: 1, Jf: 2, K: 0xc000003e}}, {{Code: 6, K: 0x7fff0000}}}
-	got, ok := decodeBPF(encodeBPF(progs))
-	if !ok || len(got) != 2 || got[0][1] != progs[0][1] || got[1][0] != progs[1][0] {
-		t.Fatalf("round trip: %v %v", got, ok)
-	}
-	b := encodeBPF(progs)
-	for i := 0; i < len(b); i++ {
-		if _, ok := decodeBPF(b[:i]); ok {
-			t.Fatalf("a truncated cache (%d of %d bytes) decodes", i, len(b))
-		}
 	}
 }
 

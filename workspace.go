@@ -248,6 +248,23 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		}
 		return nil, err
 	}
+	undo := func() {
+		_ = removeAll(dir)
+		if opts.Tmpfs {
+			_ = removeAll(filepath.Dir(x.Upper))
+		}
+	}
+	// Materialize the layer stack before the workspace is registered, so
+	// that the first exec only mounts, and so that a create that cannot
+	// (no space for the layers) leaves nothing registered: it fully
+	// succeeds or changes nothing.
+	if _, err := r.layerStack(ctx, base); err != nil {
+		undo()
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			return nil, r.noSpace(fmt.Sprintf("ws create %s: nothing created: writing its layers: %v", name, err))
+		}
+		return nil, fmt.Errorf("workspace %q: nothing created: %w", name, err)
+	}
 	extra, _ := json.Marshal(x)
 	rec := &store.Workspace{Name: name, Branch: branch, Base: base, Dir: dir, CreatedNs: time.Now().UnixNano(), Extra: extra}
 	err = st.Update(ctx, func(tx *store.Tx) error {
@@ -268,14 +285,7 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		return tx.AppendOp(store.Op{Kind: "ws-create", Ref: branch, New: base, Detail: name})
 	})
 	if err != nil {
-		os.RemoveAll(dir)
-		if opts.Tmpfs {
-			os.RemoveAll(filepath.Dir(x.Upper))
-		}
-		return nil, err
-	}
-	// Materialize the layer stack now, so that the first exec only mounts.
-	if _, err := r.layerStack(ctx, base); err != nil {
+		undo()
 		return nil, err
 	}
 	return r.describe(rec, x), nil
@@ -305,7 +315,7 @@ func (r *Repo) describe(w *store.Workspace, x wsExtra) *Workspace {
 	if k, err := nsexec.FindKeeper(w.Dir); err == nil {
 		out.State, out.PID, out.Path = "running", k.PID, k.Path()
 	}
-	out.Changes = dirBytes(x.Upper)
+	_, out.Changes = r.uncommitted(w, x)
 	return out
 }
 
@@ -359,7 +369,15 @@ func (r *Repo) loadWorkspace(ctx context.Context, name string) (*store.Workspace
 func (r *Repo) relocate(w *store.Workspace, x *wsExtra) {
 	w.Dir = r.wsDir(w.Name)
 	if !x.Tmpfs {
-		x.Upper, x.Work = filepath.Join(w.Dir, "upper"), filepath.Join(w.Dir, "work")
+		// A reset moves a workspace to a fresh upper.<random> (Reset).
+		upper, work := "upper", "work"
+		if b := filepath.Base(x.Upper); x.Upper != "" && strings.HasPrefix(b, "upper.") {
+			upper = b
+		}
+		if b := filepath.Base(x.Work); x.Work != "" && strings.HasPrefix(b, "work.") {
+			work = b
+		}
+		x.Upper, x.Work = filepath.Join(w.Dir, upper), filepath.Join(w.Dir, work)
 	}
 }
 
@@ -562,12 +580,28 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 	if err != nil {
 		return err
 	}
-	if !force && !dirEmpty(x.Upper) {
+	if dirty, _ := r.uncommitted(w, x); !force && dirty {
 		return fmt.Errorf("workspace %q has uncommitted changes (%s): commit them, or remove it with --force to discard them: %w",
 			name, x.Upper, ErrConflict)
 	}
 	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil && !errors.Is(err, nsexec.ErrNotRunning) {
 		return err
+	}
+	if st, err := r.db(); err == nil && st.Full() {
+		// A full filesystem: the registry cannot be written until space
+		// is freed. With --force the changes are being discarded anyway:
+		// they go first, which frees their space when the upper is on
+		// the store's filesystem.
+		if !force {
+			return r.noSpace(fmt.Sprintf("ws rm %s", name))
+		}
+		_ = removeAll(x.Upper)
+		_ = removeAll(x.Work)
+		if st, err := r.reopen(); err != nil {
+			return err
+		} else if st.Full() {
+			return r.noSpace(fmt.Sprintf("ws rm %s: its changes were removed but its record remains (run it again once there is space)", name))
+		}
 	}
 	err = r.update(ctx, func(tx *store.Tx) error {
 		if err := tx.DeleteWorkspace(name); err != nil {

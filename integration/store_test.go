@@ -369,6 +369,19 @@ func TestDamagedDatabase(t *testing.T) {
 	if !strings.Contains(r.stdout, "affects: victim, workspace:w, ws/w\n") || strings.Contains(r.stdout+r.stderr, "bystander") {
 		t.Errorf("fsck does not name what is lost (victim, workspace:w, ws/w) and only that:\n%s", r)
 	}
+	if !strings.Contains(r.stdout, "fsck --repair") {
+		t.Errorf("fsck does not say how damaged objects can be repaired:\n%s", r)
+	}
+	// The source still holds big.bin: fsck --repair rewrites the damaged
+	// objects from it, and says so.
+	r = h.ok("fsck", "--repair", src)
+	if !strings.Contains(r.stdout, fmt.Sprintf("%d of %d damaged objects rewritten", corrupt, corrupt)) {
+		t.Errorf("fsck --repair: %s", r)
+	}
+	h.fsckClean()
+	if r := h.ok("show", "victim:big.bin"); r.stdout != string(big) {
+		t.Errorf("victim:big.bin does not read back intact after the repair")
+	}
 }
 
 // TestDiskFull: an import that runs out of space fails cleanly with a

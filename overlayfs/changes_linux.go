@@ -173,7 +173,20 @@ func Changes(upper string, lowers []string, flavour Flavour) ([]Change, error) {
 	if flavour != FlavourUser && flavour != FlavourTrusted {
 		return nil, fmt.Errorf("overlayfs: changes of %s: unknown flavour %d", upper, int(flavour))
 	}
-	w := &walker{upper: filepath.Clean(upper), prefix: flavour.XattrPrefix(), lowers: newLowerSet(lowers, flavour.XattrPrefix())}
+	return ChangesWithin(upper, lowers, flavour, nil)
+}
+
+// ChangesWithin is Changes restricted to the entries visit accepts (by
+// path relative to the upper, never "."): an entry it refuses is neither
+// read nor reported, and nor is anything beneath it. A nil visit accepts
+// everything. A caller that knows which upper entries changed since it
+// last read them (strata's committed-state index) reads only those and
+// their parents.
+func ChangesWithin(upper string, lowers []string, flavour Flavour, visit func(rel string) bool) ([]Change, error) {
+	if flavour != FlavourUser && flavour != FlavourTrusted {
+		return nil, fmt.Errorf("overlayfs: changes of %s: unknown flavour %d", upper, int(flavour))
+	}
+	w := &walker{upper: filepath.Clean(upper), prefix: flavour.XattrPrefix(), lowers: newLowerSet(lowers, flavour.XattrPrefix()), visit: visit}
 	if err := w.root(); err != nil {
 		return nil, fmt.Errorf("overlayfs: changes of %s: %w", upper, err)
 	}
@@ -186,6 +199,7 @@ type walker struct {
 	prefix string
 	lowers *lowerSet
 	out    []Change
+	visit  func(rel string) bool // nil: every entry
 }
 
 func (w *walker) root() error {
@@ -273,6 +287,9 @@ func (w *walker) dir(rel, below string, hasBelow bool) error {
 		return err
 	}
 	for _, de := range ents {
+		if w.visit != nil && !w.visit(join(rel, de.Name())) {
+			continue
+		}
 		if err := w.child(rel, below, hasBelow, de.Name()); err != nil {
 			return err
 		}

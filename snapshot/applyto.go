@@ -809,9 +809,10 @@ func (a *applier) writeFile(pfd int, tmp string, o *toOp) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	var n int64
 	if !e.Content.IsZero() {
-		n, err = a.r.ReadContentTo(a.ctx, e.Content, bw)
+		sw := &sparseWriter{fd: fd, bw: bw}
+		n, err = a.r.ReadContentTo(a.ctx, e.Content, sw)
 		if err == nil {
-			err = bw.Flush()
+			err = sw.finish(n)
 		}
 		if err != nil {
 			var we *writeError

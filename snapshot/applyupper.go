@@ -108,6 +108,10 @@ type ApplyOptions struct {
 	// that a commit is one transaction. Otherwise ApplyUpper saves it in
 	// a transaction of its own.
 	DeferStatCache bool
+	// Previous, when set, is the tree of the last commit made from this
+	// upper directory (the base stays where the upper was mounted): a
+	// changed file's version there is its delta base.
+	Previous store.ID
 }
 
 // ApplyResult describes a finished ApplyUpper.
@@ -170,8 +174,9 @@ type upFile struct {
 	equal func() (bool, error)         // ContentEqual, or nil
 	// base is the content beneath, for equal.
 	base    *store.TreeEntry
-	planned int64 // the size counted in the statistics
-	removed bool  // replaced by a later change
+	prev    store.ID // the content of the same path beneath, or ZeroID
+	planned int64    // the size counted in the statistics
+	removed bool     // replaced by a later change
 	cached  *store.StatEntry
 	rest    []*upFile     // the other changed names of a hardlinked inode
 	extra   []*linkedName // its names that are not changes
@@ -437,6 +442,9 @@ func (a *applyUpperState) apply(c *UpperChange) error {
 		return a.applyDir(c, parent, name, old, e)
 	}
 	f := &upFile{path: c.Path, e: e, st: *st, open: open}
+	if old != nil && old.Type == store.TypeFile {
+		f.prev = old.Content // its previous version: a delta base
+	}
 	if e.Type == store.TypeFile && c.Kind == UpperModified && c.ContentEqual != nil &&
 		old != nil && old.Type == store.TypeFile {
 		f.equal = c.ContentEqual
@@ -960,6 +968,35 @@ func (a *applyUpperState) findNames(cs []*UpperChange, want map[devIno]bool) (ma
 // cache (retained, on many goroutines: the Writer batches concurrent
 // Retains), from the base when ContentEqual says it is the same, or by
 // reading it (on cfg.workers goroutines).
+// previousAt returns the content of the file at the slash-separated path
+// rel in tree, or ZeroID (no such file, or a tree that cannot be read: a
+// delta base is only a hint).
+func (a *applyUpperState) previousAt(tree store.ID, rel string) store.ID {
+	id := tree
+	for rest := rel; ; {
+		name, more, _ := strings.Cut(rest, "/")
+		t, err := a.tc.get(id, rel)
+		if err != nil {
+			return store.ZeroID
+		}
+		i, ok := slices.BinarySearchFunc(t.Entries, name, func(e store.TreeEntry, n string) int { return strings.Compare(e.Name, n) })
+		if !ok {
+			return store.ZeroID
+		}
+		e := &t.Entries[i]
+		if more == "" {
+			if e.Type == store.TypeFile {
+				return e.Content
+			}
+			return store.ZeroID
+		}
+		if e.Type != store.TypeDir {
+			return store.ZeroID
+		}
+		id, rest = e.Content, more
+	}
+}
+
 func (a *applyUpperState) readContent() error {
 	var jobs []*upFile
 	for _, f := range a.files {
@@ -978,6 +1015,21 @@ func (a *applyUpperState) readContent() error {
 			hits = append(hits, f)
 		} else {
 			misses = append(misses, f)
+		}
+	}
+	if p := a.opts.Previous; !p.IsZero() && p != a.base {
+		// The files' versions in the last commit of this upper directory
+		// are closer to them than the ones beneath: better delta bases.
+		err := a.tc.inView(func() error {
+			for _, f := range misses {
+				if id := a.previousAt(p, f.path); !id.IsZero() {
+					f.prev = id
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	confirm := func(f *upFile) (bool, error) {
@@ -1101,7 +1153,11 @@ func (a *applyUpperState) readOnce(f *upFile, buf *[]byte) (bool, error) {
 	r := &fdReader{fd: fd, prog: &progress{}}
 	var id store.ID
 	var size int64
-	if before.Size <= smallFileMax {
+	if ext, sparse := dataExtents(fd, &before); sparse {
+		if id, size, err = writeSparse(a.w, fd, before.Size, ext, r); err != nil {
+			return false, a.readErr(f, err)
+		}
+	} else if before.Size <= smallFileMax {
 		b, full, err := r.readSmall(buf, smallFileMax)
 		if err != nil {
 			return false, a.readErr(f, err)
@@ -1112,15 +1168,15 @@ func (a *applyUpperState) readOnce(f *upFile, buf *[]byte) (bool, error) {
 			if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
 				return false, a.readErr(f, err)
 			}
-			if id, size, err = a.w.WriteContent(r); err != nil {
+			if id, size, err = a.w.WriteContentLike(r, f.prev); err != nil {
 				return false, a.readErr(f, err)
 			}
 		case size > 0:
-			if id, err = a.w.WriteBytes(b); err != nil {
+			if id, err = a.w.WriteBytesLike(b, f.prev); err != nil {
 				return false, fmt.Errorf("%s: %w", f.path, err)
 			}
 		}
-	} else if id, size, err = a.w.WriteContent(r); err != nil {
+	} else if id, size, err = a.w.WriteContentLike(r, f.prev); err != nil {
 		return false, a.readErr(f, err)
 	}
 	if err := unix.Fstat(fd, &after); err != nil {

@@ -15,6 +15,11 @@ import (
 type objectWriter interface {
 	WriteContent(r io.Reader) (store.ID, int64, error)
 	WriteBytes(b []byte) (store.ID, error)
+	WriteSparse(r io.ReaderAt, size int64, data []store.Extent) (store.ID, int64, error)
+	// WriteContentLike and WriteBytesLike store a new version of the
+	// content prev, as deltas against it where that is cheaper.
+	WriteContentLike(r io.Reader, prev store.ID) (store.ID, int64, error)
+	WriteBytesLike(b []byte, prev store.ID) (store.ID, error)
 	Retain(id store.ID) (bool, error)
 	PutTree(t *store.Tree) (store.ID, error)
 	Flush() error

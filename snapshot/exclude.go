@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/stratafs/strata/internal/glob"
 )
 
 // excluder matches ImportOptions.Exclude globs against entry paths.
 //
-// The semantics are a small, predictable subset of .gitignore:
+// The semantics are a small, predictable subset of .gitignore, those of
+// package internal/glob (strata's one glob matcher) plus a trailing slash:
 //
 //   - A glob without a slash (after removing a trailing one) matches the name
 //     of an entry at any depth: "node_modules" and "*.tmp" match
@@ -89,35 +92,9 @@ func (x *excluder) match(rel string, isDir bool) bool {
 		if elems == nil {
 			elems = strings.Split(rel, "/")
 		}
-		if matchElems(p.elems, elems) {
+		if glob.MatchElems(p.elems, elems) {
 			return true
 		}
 	}
 	return false
-}
-
-// matchElems matches glob elements against path elements; see excluder.
-func matchElems(pat, name []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			rest := pat[1:]
-			if len(rest) == 0 {
-				return len(name) > 0 // trailing "**": one or more
-			}
-			for i := 0; i <= len(name); i++ {
-				if matchElems(rest, name[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(name) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], name[0]); !ok {
-			return false
-		}
-		pat, name = pat[1:], name[1:]
-	}
-	return len(name) == 0
 }

@@ -700,9 +700,15 @@ func (im *importer) readOnce(n *node, buf *[]byte, attempt int) (stable bool, er
 	}
 	n.xattrs = xs
 	r := &fdReader{fd: fd, prog: &im.prog}
+	// The content this path had at the last import: a delta base.
+	prev := im.cache[n.rel].Content
 	var id store.ID
 	var size int64
-	if before.Size <= smallFileMax {
+	if ext, sparse := dataExtents(fd, &before); sparse {
+		if id, size, err = writeSparse(im.w, fd, before.Size, ext, r); err != nil {
+			return false, im.readErr(n, err)
+		}
+	} else if before.Size <= smallFileMax {
 		b, full, err := r.readSmall(buf, smallFileMax)
 		if err != nil {
 			return false, im.readErr(n, err)
@@ -712,18 +718,18 @@ func (im *importer) readOnce(n *node, buf *[]byte, attempt int) (stable bool, er
 			if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
 				return false, im.readErr(n, err)
 			}
-			id, size, err = im.w.WriteContent(r)
+			id, size, err = im.w.WriteContentLike(r, prev)
 			if err != nil {
 				return false, im.readErr(n, err)
 			}
 		} else if size > 0 {
-			id, err = im.w.WriteBytes(b)
+			id, err = im.w.WriteBytesLike(b, prev)
 			if err != nil {
 				return false, fmt.Errorf("%s: %w", n.rel, err)
 			}
 		}
 	} else {
-		id, size, err = im.w.WriteContent(r)
+		id, size, err = im.w.WriteContentLike(r, prev)
 		if err != nil {
 			return false, im.readErr(n, err)
 		}

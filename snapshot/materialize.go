@@ -509,9 +509,10 @@ func (m *materializer) writeFile(j fileJob, w *fdWriter, bw *bufio.Writer) error
 	bw.Reset(w)
 	var n int64
 	if !e.Content.IsZero() {
-		n, err = m.r.ReadContentTo(m.ctx, e.Content, bw)
+		sw := &sparseWriter{fd: fd, bw: bw}
+		n, err = m.r.ReadContentTo(m.ctx, e.Content, sw)
 		if err == nil {
-			err = bw.Flush()
+			err = sw.finish(n)
 		}
 		if err != nil {
 			var we *writeError

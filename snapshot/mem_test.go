@@ -50,6 +50,23 @@ func (w *memWriter) WriteContent(r io.Reader) (store.ID, int64, error) {
 	return id, int64(len(b)), err
 }
 
+func (w *memWriter) WriteContentLike(r io.Reader, _ store.ID) (store.ID, int64, error) {
+	return w.WriteContent(r)
+}
+
+func (w *memWriter) WriteBytesLike(b []byte, _ store.ID) (store.ID, error) { return w.WriteBytes(b) }
+
+func (w *memWriter) WriteSparse(r io.ReaderAt, size int64, data []store.Extent) (store.ID, int64, error) {
+	b := make([]byte, size)
+	for _, e := range data {
+		if _, err := r.ReadAt(b[e.Off:e.Off+e.Len], e.Off); err != nil {
+			return store.ZeroID, 0, err
+		}
+	}
+	id, err := w.WriteBytes(b)
+	return id, size, err
+}
+
 func (w *memWriter) WriteBytes(b []byte) (store.ID, error) {
 	if len(b) == 0 {
 		return store.ZeroID, nil

@@ -15,6 +15,13 @@ type Options struct {
 	// BusyTimeout is how long a statement waits for another process's
 	// write lock. Zero means the default (60 s).
 	BusyTimeout time.Duration
+	// ReadOnlyWhenFull: when the store's filesystem is full and the
+	// database cannot be opened (SQLite cannot grow its -shm index or
+	// write at all), open it read-only instead — immutable, without the
+	// WAL index, when no WAL holds unapplied transactions — so that
+	// reading commands keep working; Full then reports it, and writes
+	// fail with ErrNoSpace.
+	ReadOnlyWhenFull bool
 }
 
 // Ref is a branch.
@@ -63,6 +70,8 @@ type WriterStats struct {
 	NewBytes      int64 // bytes stored (after compression) for them
 	ReusedObjects int64 // objects that already existed
 	ContentBytes  int64 // bytes of content passed to WriteContent/WriteBytes
+	// Repaired lists damaged objects rewritten (Writer.Repair).
+	Repaired []ID `json:"-"`
 }
 
 // GCOptions tune a collection.

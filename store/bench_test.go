@@ -165,7 +165,7 @@ func BenchmarkSmallObjects(b *testing.B) {
 					if err := db.QueryRow(`SELECT codec, size, data FROM o WHERE id = ?`, id[:]).Scan(&c, &sz, &d); err != nil {
 						return err
 					}
-					_, err := decodeRecord(id, KindChunk, c, sz, d)
+					_, err := decodeRecord(id, KindChunk, c, sz, d, nil)
 					return err
 				})
 				b.StopTimer()

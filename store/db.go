@@ -34,6 +34,9 @@ type Store struct {
 	// immutable: opened read-only with immutable=1 (a read-only
 	// filesystem without the WAL index); see Open.
 	immutable bool
+	// full: opened read-only because the filesystem is full
+	// (Options.ReadOnlyWhenFull).
+	full bool
 
 	// db is the durable pool: synchronous=FULL, every write transaction
 	// BEGIN IMMEDIATE. Everything a caller commits goes through it.
@@ -141,6 +144,23 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 
 	v, err := s.openPool(false)
+	if err != nil && opts.ReadOnlyWhenFull && FSFull(abs) {
+		// A full filesystem: SQLite cannot grow the -shm index a WAL
+		// open needs (SQLITE_IOERR_SHMSIZE). immutable=1 reads the
+		// database file alone, which is the whole store when no WAL
+		// holds transactions not yet copied into it (a clean last
+		// close checkpoints and deletes it).
+		if s.db != nil {
+			s.db.Close()
+			s.db = nil
+		}
+		if fi, werr := os.Stat(s.path + "-wal"); werr == nil && fi.Size() > 0 {
+			return nil, fmt.Errorf("open store %s: %w: its write-ahead log holds transactions not yet in %s, which a read-only open without space for the WAL index cannot read",
+				abs, &classified{ErrNoSpace, "no space left on " + MountPoint(abs), err}, DBName)
+		}
+		s.ro, s.full = true, true
+		v, err = s.openPool(true)
+	}
 	if err != nil && s.ro && (isCode(err, sqliteCantOpen) || isCode(err, sqliteReadOnly)) && (readOnlyFS(abs) || syscall.Access(abs, 2 /* W_OK */) != nil) {
 		// A WAL database on a read-only filesystem cannot be opened
 		// mode=ro when its -shm file is absent and cannot be created
@@ -346,6 +366,50 @@ func (s *Store) Close() error {
 // Dir returns the absolute store directory.
 func (s *Store) Dir() string { return s.dir }
 
+// Full reports whether the store was opened read-only because its
+// filesystem is full (Options.ReadOnlyWhenFull).
+func (s *Store) Full() bool { return s.full }
+
+func (s *Store) fullErr() error {
+	return &classified{ErrNoSpace, "no space left on " + MountPoint(s.dir) + " (the store is open read-only)", syscall.ENOSPC}
+}
+
+// FSFull reports whether the filesystem holding dir has no space left for
+// an unprivileged writer (less than one page of 4 KiB free, or no free
+// inode).
+func FSFull(dir string) bool {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return false
+	}
+	return uint64(st.Bavail)*uint64(st.Bsize) < 4096 || (st.Files > 0 && st.Ffree == 0)
+}
+
+// MountPoint is the mount point of the filesystem holding path (from
+// /proc/self/mountinfo: the longest mount point that is a prefix), for
+// messages; path itself when unknown.
+func MountPoint(path string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return path
+	}
+	best := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := strings.ReplaceAll(f[4], "\\040", " ")
+		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > len(best) {
+			best = mp
+		}
+	}
+	if best == "" {
+		return path
+	}
+	return best
+}
+
 // ReadOnly reports whether the store was opened read-only.
 func (s *Store) ReadOnly() bool { return s.ro }
 
@@ -354,7 +418,13 @@ func (s *Store) ReadOnly() bool { return s.ro }
 // migrations is the ordered list of schema changes; migration i takes the
 // schema from version i to i+1 (PRAGMA user_version). Append only: never
 // edit a migration that has shipped.
-var migrations = [][]string{schemaV1}
+var migrations = [][]string{schemaV1, schemaV2}
+
+// schemaV2: delta-coded chunks (codec 2, delta.go), indexed so that gc
+// finds them without reading the whole table.
+var schemaV2 = []string{
+	`CREATE INDEX objects_delta ON objects(rowid) WHERE codec = 2`,
+}
 
 // schemaVersion is the version this binary writes and understands.
 var schemaVersion = len(migrations)
@@ -491,6 +561,9 @@ type Tx struct {
 // Update, NewWriter or a Writer's methods: this process's write
 // transactions take turns, and fn holds the turn.
 func (s *Store) Update(ctx context.Context, fn func(tx *Tx) error) error {
+	if s.full {
+		return fmt.Errorf("update store %s: %w", s.dir, s.fullErr())
+	}
 	if s.ro {
 		return fmt.Errorf("update store %s: opened read-only: %w", s.dir, ErrReadOnly)
 	}
@@ -542,6 +615,10 @@ func (s *Store) update(ctx context.Context, pool *sql.DB, fn func(tx *Tx) error)
 	}
 	done = true
 	if err := t.Commit(); err != nil {
+		if isCode(err, sqliteIOErr) {
+			// SQLite does not say which file or errno: name the store.
+			return fmt.Errorf("commit to %s: %w (the disk or filesystem failed; nothing of this transaction was stored)", s.path, mapErr(err))
+		}
 		return fmt.Errorf("commit: %w", mapErr(err))
 	}
 	return nil
@@ -626,6 +703,7 @@ func (tx *Tx) query(q string, args ...any) (*sql.Rows, error) {
 const (
 	sqliteBusy     = 5
 	sqliteReadOnly = 8
+	sqliteIOErr    = 10
 	sqliteCorrupt  = 11
 	sqliteFull     = 13
 	sqliteCantOpen = 14

@@ -426,8 +426,10 @@ func validateFileNode(n *FileNode) error {
 	}
 	var total int64
 	for _, r := range n.Refs {
-		if r.ID.IsZero() {
-			return errors.New("file node with a zero ref")
+		if r.ID.IsZero() && n.Level > 0 {
+			// A zero ref of a level-0 node is a hole: Size zero bytes
+			// with no chunk (sparse files).
+			return errors.New("file node with a zero ref above level 0")
 		}
 		if r.Size <= 0 {
 			return fmt.Errorf("file node ref %s with size %d", r.ID.Short(), r.Size)
@@ -487,9 +489,11 @@ func refsOf(k Kind, p []byte) ([]ID, error) {
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]ID, len(n.Refs))
-		for i, r := range n.Refs {
-			ids[i] = r.ID
+		ids := make([]ID, 0, len(n.Refs))
+		for _, r := range n.Refs {
+			if !r.ID.IsZero() { // a hole references nothing
+				ids = append(ids, r.ID)
+			}
 		}
 		return ids, nil
 	case KindTree:

@@ -257,12 +257,13 @@ func TestFileNodeRoundTripAndRejects(t *testing.T) {
 		many[i] = ChunkRef{a, 1}
 	}
 	for name, bad := range map[string]*FileNode{
-		"no refs":   {},
-		"zero ref":  {Refs: []ChunkRef{{ZeroID, 1}}},
-		"zero size": {Refs: []ChunkRef{{a, 0}}},
-		"too deep":  {Level: maxFileLevel + 1, Refs: []ChunkRef{{a, 1}}},
-		"too many":  {Refs: many},
-		"overflow":  {Refs: []ChunkRef{{a, 1 << 62}, {a, 1 << 62}}},
+		"no refs":                {},
+		"zero ref above level 0": {Level: 1, Refs: []ChunkRef{{ZeroID, 1}}},
+		"hole of zero size":      {Refs: []ChunkRef{{ZeroID, 0}}},
+		"zero size":              {Refs: []ChunkRef{{a, 0}}},
+		"too deep":               {Level: maxFileLevel + 1, Refs: []ChunkRef{{a, 1}}},
+		"too many":               {Refs: many},
+		"overflow":               {Refs: []ChunkRef{{a, 1 << 62}, {a, 1 << 62}}},
 	} {
 		if _, err := EncodeFileNode(bad); err == nil {
 			t.Errorf("%s: EncodeFileNode accepted", name)
@@ -475,7 +476,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if validKind(k) {
 			id = HashObject(k, idSource)
 		}
-		p, err := decodeRecord(id, k, codec, size, data)
+		p, err := decodeRecord(id, k, codec, size, data, nil)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v is not ErrCorrupt", err)

@@ -229,7 +229,7 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 	}
 	o.kind = Kind(kind)
 	f.objects[id] = o
-	p, err := decodeRecord(id, Kind(kind), codec, size, data)
+	p, err := decodeRecord(id, Kind(kind), codec, size, data, txBase(tx))
 	if err != nil {
 		f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: err.Error()})
 		return
@@ -246,7 +246,9 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 			return
 		}
 		for _, r := range n.Refs {
-			refs = append(refs, r.ID)
+			if !r.ID.IsZero() { // a hole
+				refs = append(refs, r.ID)
+			}
 		}
 		k := KindChunk
 		if n.Level > 0 {

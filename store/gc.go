@@ -47,6 +47,7 @@ type candidate struct {
 	rowid int64
 	id    ID
 	kind  Kind
+	codec int64
 	bytes int64
 }
 
@@ -54,6 +55,9 @@ type candidate struct {
 // top of gc.go for the roots and why it is safe to run concurrently with
 // Writers and other gc runs.
 func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
+	if s.full {
+		return nil, fmt.Errorf("gc: %w", s.fullErr())
+	}
 	if s.ro {
 		return nil, fmt.Errorf("gc: %w", ErrReadOnly)
 	}
@@ -92,7 +96,10 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 			}
 		}
 		progress("mark", int64(len(m.marked)), m.total)
-		rows, err := tx.query(`SELECT rowid, id, kind, length(data) FROM objects`)
+		if err := m.markDeltaBases(tx); err != nil {
+			return err
+		}
+		rows, err := tx.query(`SELECT rowid, id, kind, codec, length(data) FROM objects`)
 		if err != nil {
 			return err
 		}
@@ -100,7 +107,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		for rows.Next() {
 			var c candidate
 			var id []byte
-			if err := rows.Scan(&c.rowid, &id, &c.kind, &c.bytes); err != nil {
+			if err := rows.Scan(&c.rowid, &id, &c.kind, &c.codec, &c.bytes); err != nil {
 				return mapErr(err)
 			}
 			if len(id) != 32 {
@@ -156,6 +163,9 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 				if err := m.walk(tx, r); err != nil {
 					return err
 				}
+			}
+			if err := m.markDeltaBases(tx); err != nil {
+				return err
 			}
 			deadline := time.Now().Add(sweepSlice)
 			for ; next < len(cands); next++ {
@@ -221,6 +231,15 @@ func parentsFirst(tx *Tx, cands []candidate) ([]candidate, error) {
 	for i := range cands {
 		c := &cands[i]
 		if c.kind == KindChunk {
+			if c.codec == codecDelta { // a delta goes before its base
+				var base []byte
+				if err := tx.queryRow(`SELECT substr(data, 2, 32) FROM objects WHERE rowid = ?`, c.rowid).Scan(&base); err == nil && len(base) == 32 {
+					if j, ok := index[ID(base)]; ok && j != i {
+						children[i] = append(children[i], j)
+						indeg[j]++
+					}
+				}
+			}
 			continue
 		}
 		k, p, err := tx.Get(c.id)
@@ -365,6 +384,45 @@ type marker struct {
 // reference nothing, its stored form.
 const qMarkObject = `SELECT kind, codec, size, CASE WHEN kind = 1 THEN NULL ELSE data END FROM objects WHERE id = ?`
 
+// markDeltaBases marks the base of every marked delta-coded chunk, until
+// no base is left unmarked (chains are at most maxDeltaDepth long). Bases
+// are chunks: they reference nothing further.
+func (m *marker) markDeltaBases(tx *Tx) error {
+	for pass := 0; pass <= maxDeltaDepth+1; pass++ {
+		rows, err := tx.query(`SELECT id, substr(data, 2, 32) FROM objects WHERE codec = 2`)
+		if err != nil {
+			return err
+		}
+		added := 0
+		for rows.Next() {
+			var id, base []byte
+			if err := rows.Scan(&id, &base); err != nil {
+				rows.Close()
+				return mapErr(err)
+			}
+			if len(id) != 32 || len(base) != 32 {
+				continue // fsck reports it
+			}
+			if _, ok := m.marked[ID(id)]; !ok {
+				continue
+			}
+			if _, ok := m.marked[ID(base)]; !ok {
+				m.marked[ID(base)] = struct{}{}
+				added++
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return mapErr(err)
+		}
+		if added == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
 // walk marks root and everything it reaches that is not marked yet. An
 // object that cannot be read or decoded stops gc: what it references is
 // unknown, and sweeping could delete it.
@@ -393,7 +451,7 @@ func (m *marker) walk(tx *Tx, root ID) error {
 		if Kind(kind) == KindChunk {
 			continue
 		}
-		p, err := decodeRecord(id, Kind(kind), codec, size, data)
+		p, err := decodeRecord(id, Kind(kind), codec, size, data, nil)
 		if err != nil {
 			return fmt.Errorf("%w; run strata fsck", err)
 		}
@@ -403,6 +461,9 @@ func (m *marker) walk(tx *Tx, root ID) error {
 				return fmt.Errorf("file node %s: %v: %w; run strata fsck", id.Short(), err, ErrCorrupt)
 			}
 			for _, r := range n.Refs {
+				if r.ID.IsZero() {
+					continue // a hole
+				}
 				if n.Level == 0 {
 					// Chunks: mark without a lookup. Marking an id that
 					// does not exist has no effect.

@@ -18,7 +18,11 @@ const (
 // Get returns an object's kind and payload, decompressed and verified by
 // hash. ErrNotFound if there is no such object, ErrCorrupt if it fails
 // verification.
-func (tx *Tx) Get(id ID) (Kind, []byte, error) {
+func (tx *Tx) Get(id ID) (Kind, []byte, error) { return tx.getRow(id, true) }
+
+// getRow reads one object; verify false does not re-hash it (the inner
+// links of a delta chain, whose end is verified).
+func (tx *Tx) getRow(id ID, verify bool) (Kind, []byte, error) {
 	var kind, codec, size int64
 	var data []byte
 	err := tx.queryRow(qGetObject, id[:]).Scan(&kind, &codec, &size, &data)
@@ -28,7 +32,7 @@ func (tx *Tx) Get(id ID) (Kind, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("read object %s: %w", id.Short(), mapErr(err))
 	}
-	p, err := decodeRecord(id, Kind(kind), codec, size, data)
+	p, err := decodeRow(id, Kind(kind), codec, size, data, txBase(tx), verify)
 	if err != nil {
 		return 0, nil, err
 	}

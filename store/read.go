@@ -33,6 +33,12 @@ func (s *Store) hasObject(ctx context.Context, id ID) (bool, error) {
 
 // getObject reads and verifies one object outside any transaction.
 func (s *Store) getObject(ctx context.Context, id ID) (Kind, []byte, error) {
+	return s.getRow(ctx, id, true)
+}
+
+// getRow reads one object; verify false does not re-hash it (the inner
+// links of a delta chain, whose end is verified).
+func (s *Store) getRow(ctx context.Context, id ID, verify bool) (Kind, []byte, error) {
 	st, err := s.prepared(ctx, s.db, qGetObject)
 	if err != nil {
 		return 0, nil, err
@@ -46,7 +52,10 @@ func (s *Store) getObject(ctx context.Context, id ID) (Kind, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("read object %s: %w", id.Short(), mapErr(err))
 	}
-	p, err := decodeRecord(id, Kind(kind), codec, size, data)
+	p, err := decodeRow(id, Kind(kind), codec, size, data, func(b ID) ([]byte, error) {
+		_, p, err := s.getRow(ctx, b, false)
+		return p, err
+	}, verify)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -109,7 +118,9 @@ type contentReader struct {
 	ctx   context.Context
 	stack []nodeCursor
 	cur   []byte
-	err   error
+	// hole is the number of zero bytes of a hole still to be read.
+	hole int64
+	err  error
 	// ahead holds reads of the next chunks of the current level-0 node,
 	// running on other goroutines: reading, decompressing and hashing
 	// them overlaps with the caller's use of the current one.
@@ -128,6 +139,10 @@ type fetch struct {
 
 func (c *contentReader) startFetch(id ID) *fetch {
 	f := &fetch{done: make(chan struct{})}
+	if id.IsZero() { // a hole: nothing to read
+		close(f.done)
+		return f
+	}
 	go func() {
 		f.kind, f.p, f.err = c.s.getObject(c.ctx, id)
 		close(f.done)
@@ -188,6 +203,10 @@ func (c *contentReader) next() error {
 			top.i++
 			<-f.done
 			k, p, err := f.kind, f.p, f.err
+			if ref.ID.IsZero() {
+				c.hole = ref.Size
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("content chunk %s: %w", ref.ID.Short(), err)
 			}
@@ -236,11 +255,17 @@ func (c *contentReader) Read(b []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	for len(c.cur) == 0 {
+	for len(c.cur) == 0 && c.hole == 0 {
 		if err := c.next(); err != nil {
 			c.err = err
 			return 0, err
 		}
+	}
+	if c.hole > 0 {
+		n := int(min(int64(len(b)), c.hole))
+		clear(b[:n])
+		c.hole -= int64(n)
+		return n, nil
 	}
 	n := copy(b, c.cur)
 	c.cur = c.cur[n:]
@@ -257,6 +282,15 @@ func (c *contentReader) WriteTo(w io.Writer) (int64, error) {
 			}
 			return total, c.err
 		}
+		if c.hole > 0 {
+			n, err := writeHole(w, c.hole)
+			total += n
+			c.hole -= n
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
 		if len(c.cur) == 0 {
 			c.err = c.next()
 			continue
@@ -268,6 +302,37 @@ func (c *contentReader) WriteTo(w io.Writer) (int64, error) {
 			return total, err
 		}
 	}
+}
+
+// HoleWriter is a writer that can skip n bytes, leaving a hole that reads
+// as zeros (a sparse file). ReadContentTo calls WriteHole for the holes of
+// sparse content when its writer is a HoleWriter, and writes zeros
+// otherwise. The writer must make the skipped bytes exist even when the
+// content ends with a hole (e.g. by ftruncate once done).
+type HoleWriter interface {
+	io.Writer
+	WriteHole(n int64) error
+}
+
+var zeros = make([]byte, 64<<10)
+
+// writeHole writes n zero bytes to w: as a hole if w can, else as zeros.
+func writeHole(w io.Writer, n int64) (int64, error) {
+	if hw, ok := w.(HoleWriter); ok {
+		if err := hw.WriteHole(n); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
+	var done int64
+	for done < n {
+		m, err := w.Write(zeros[:min(int64(len(zeros)), n-done)])
+		done += int64(m)
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 func (c *contentReader) Close() error {

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -61,8 +62,12 @@ type Writer struct {
 	op   sync.RWMutex
 	done bool // under op (exclusive to set)
 
-	mu         sync.Mutex
-	known      map[ID]struct{} // written (buffered or stored) or retained under the lease
+	mu    sync.Mutex
+	known map[ID]struct{} // written (buffered or stored) or retained under the lease
+	// repair holds damaged ids (set before the first write): putting one
+	// rewrites its row from the payload, which hashes to it.
+	repair     map[ID]struct{}
+	repaired   []ID
 	external   map[ID]struct{} // referenced by trees put here and not known when they were
 	batch      []pendingObject
 	batchBytes int
@@ -90,12 +95,21 @@ type pendingObject struct {
 	size  int // payload size
 	codec int
 	data  []byte // stored form
+	// full and fullCodec are the stored form without the delta, for a
+	// delta-coded record whose base is gone by the time it is inserted.
+	full      []byte
+	fullCodec int
+	// repair: rewrite the row of this id (it is damaged).
+	repair bool
 }
 
 // NewWriter starts a Writer; its lease is taken with its first transaction
 // (see Writer). purpose says what the Writer is for ("import /src",
 // "commit ws/a"), for gc and fsck reports.
 func (s *Store) NewWriter(ctx context.Context, purpose string) (*Writer, error) {
+	if s.full {
+		return nil, fmt.Errorf("new writer: %w", s.fullErr())
+	}
 	if s.ro {
 		return nil, fmt.Errorf("new writer: %w", ErrReadOnly)
 	}
@@ -183,6 +197,12 @@ func (w *Writer) end() { w.op.RUnlock() }
 // put buffers an object and returns its id. own says the Writer may keep
 // p; otherwise p is copied when it must be kept.
 func (w *Writer) put(kind Kind, p []byte, own bool) (ID, error) {
+	return w.putLike(kind, p, own, ZeroID)
+}
+
+// putLike is put that may store a chunk as a delta against the chunk
+// base (a previous version of it).
+func (w *Writer) putLike(kind Kind, p []byte, own bool, base ID) (ID, error) {
 	if len(p) > maxObjectSize {
 		return ZeroID, fmt.Errorf("put %v of %d bytes: over the %d limit", kind, len(p), maxObjectSize)
 	}
@@ -199,7 +219,17 @@ func (w *Writer) put(kind Kind, p []byte, own bool) (ID, error) {
 		return id, nil
 	}
 	w.known[id] = struct{}{}
+	_, repair := w.repair[id]
 	w.mu.Unlock()
+	if repair {
+		// A damaged object: its payload is here again; store it whole.
+		rec := pendingObject{id: id, kind: kind, size: len(p), repair: true}
+		rec.codec, rec.data = compress(p)
+		if rec.codec == codecNone && !own {
+			rec.data = bytes.Clone(p)
+		}
+		return id, w.enqueue(rec)
+	}
 
 	rec := pendingObject{id: id, kind: kind, size: len(p), codec: codecNone}
 	exists := false
@@ -210,7 +240,14 @@ func (w *Writer) put(kind Kind, p []byte, own bool) (ID, error) {
 		}
 	}
 	if !exists {
-		rec.codec, rec.data = compress(p)
+		if kind == KindChunk && !base.IsZero() && base != id {
+			rec.codec, rec.data, rec.fullCodec, rec.full = w.storeLike(p, base)
+			if rec.codec == codecDelta && rec.fullCodec == codecNone && !own {
+				rec.full = bytes.Clone(p)
+			}
+		} else {
+			rec.codec, rec.data = compress(p)
+		}
 	}
 	if rec.codec == codecNone {
 		// Kept raw: a new object that did not compress, or one that exists
@@ -295,7 +332,32 @@ func (w *Writer) writeBatch(batch []pendingObject) error {
 	w.newObjects.Add(st.NewObjects)
 	w.newBytes.Add(st.NewBytes)
 	w.reused.Add(st.ReusedObjects)
+	if len(st.Repaired) > 0 {
+		w.mu.Lock()
+		w.repaired = append(w.repaired, st.Repaired...)
+		w.mu.Unlock()
+	}
 	return nil
+}
+
+// Repair makes the Writer rewrite the objects ids, damaged in the store,
+// when content that hashes to them is written again (as an import of a
+// directory that still holds it does): their rows are replaced, missing
+// ones inserted. Call it before writing anything.
+func (w *Writer) Repair(ids []ID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.repair = make(map[ID]struct{}, len(ids))
+	for _, id := range ids {
+		w.repair[id] = struct{}{}
+	}
+}
+
+// Repaired returns the damaged objects rewritten so far (after Flush).
+func (w *Writer) Repaired() []ID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]ID(nil), w.repaired...)
 }
 
 const (
@@ -313,11 +375,35 @@ const (
 func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lease int64) error {
 	for i := range batch {
 		p := &batch[i]
-		data := p.data
+		data, codec := p.data, p.codec
+		var baseOID int64
+		if codec == codecDelta {
+			// The base must exist in this transaction, and stays alive
+			// under the lease with the delta; if gc took it meanwhile,
+			// the chunk is stored whole.
+			oid, ok, err := baseExists(tx, data)
+			if err != nil {
+				return fmt.Errorf("look up delta base of %s: %w", p.id.Short(), err)
+			}
+			if ok {
+				baseOID = oid
+			} else {
+				data, codec = p.full, p.fullCodec
+			}
+		}
 		if data == nil {
 			data = []byte{}
 		}
-		r, err := tx.exec(qInsertObjectIfNew, p.id[:], int64(p.kind), p.codec, p.size, data)
+		if p.repair {
+			r, err := tx.exec(`UPDATE objects SET kind = ?, codec = ?, size = ?, data = ? WHERE id = ?`, int64(p.kind), codec, p.size, data, p.id[:])
+			if err != nil {
+				return fmt.Errorf("repair %v %s: %w", p.kind, p.id.Short(), err)
+			}
+			if n, _ := r.RowsAffected(); n == 1 {
+				st.Repaired = append(st.Repaired, p.id)
+			}
+		}
+		r, err := tx.exec(qInsertObjectIfNew, p.id[:], int64(p.kind), codec, p.size, data)
 		if err != nil {
 			return fmt.Errorf("store %v %s: %w", p.kind, p.id.Short(), err)
 		}
@@ -328,6 +414,9 @@ func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lea
 			}
 			st.NewObjects++
 			st.NewBytes += int64(len(data))
+			if p.repair { // it was missing
+				st.Repaired = append(st.Repaired, p.id)
+			}
 		} else {
 			if err := tx.queryRow(qObjectOID, p.id[:]).Scan(&oid); err != nil {
 				return fmt.Errorf("look up object %s: %w", p.id.Short(), mapErr(err))
@@ -336,6 +425,11 @@ func (w *Writer) insertBatch(tx *Tx, batch []pendingObject, st *WriterStats, lea
 		}
 		if lease == 0 {
 			continue
+		}
+		if baseOID != 0 {
+			if _, err := tx.exec(qLeaseObject, lease, baseOID); err != nil {
+				return fmt.Errorf("record delta base of %s under lease: %w", p.id.Short(), err)
+			}
 		}
 		if _, err := tx.exec(qLeaseObject, lease, oid); err != nil {
 			if isCode(err, sqliteConstraint) {
@@ -716,6 +810,60 @@ func (w *Writer) WriteBytes(b []byte) (ID, error) {
 	return w.put(KindChunk, b, false)
 }
 
+// WriteBytesLike is WriteBytes for a new version of the content prev
+// (ZeroID: none): the chunk may be stored as a delta against prev's.
+func (w *Writer) WriteBytesLike(b []byte, prev ID) (ID, error) {
+	if len(b) > SmallFileMax || prev.IsZero() {
+		if len(b) > SmallFileMax {
+			id, _, err := w.WriteContentLike(bytes.NewReader(b), prev)
+			return id, err
+		}
+		return w.WriteBytes(b)
+	}
+	if err := w.begin(); err != nil {
+		return ZeroID, err
+	}
+	defer w.end()
+	w.contentBytes.Add(int64(len(b)))
+	if len(b) == 0 {
+		return ZeroID, nil
+	}
+	return w.putLike(KindChunk, b, false, prev)
+}
+
+// WriteContentLike is WriteContent for a new version of the content prev
+// (ZeroID: none): each new chunk may be stored as a delta against the
+// chunk of prev at the same offset.
+func (w *Writer) WriteContentLike(r io.Reader, prev ID) (ID, int64, error) {
+	if prev.IsZero() {
+		return w.WriteContent(r)
+	}
+	if err := w.begin(); err != nil {
+		return ZeroID, 0, err
+	}
+	defer w.end()
+	bp := smallBufPool.Get().(*[]byte)
+	defer smallBufPool.Put(bp)
+	buf := *bp
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		w.contentBytes.Add(int64(n))
+		if n == 0 {
+			return ZeroID, 0, nil
+		}
+		id, err := w.putLike(KindChunk, buf[:n], false, baseAt(w.s.chunkMap(w.ctx, prev), 0))
+		return id, int64(n), err
+	case err != nil:
+		return ZeroID, 0, fmt.Errorf("read content: %w", err)
+	}
+	m := w.s.chunkMap(w.ctx, prev)
+	r = io.MultiReader(bytes.NewReader(buf[:n]), r)
+	return w.buildContentLike(func(emit func(chunk []byte, hole int64) bool) (int64, error) {
+		return w.cutAll(r, w.cdc, func(chunk []byte) bool { return emit(chunk, 0) })
+	}, m)
+}
+
 var smallBufPool = sync.Pool{New: func() any { b := make([]byte, SmallFileMax+1); return &b }}
 
 // WriteContent reads r to the end and stores it as file content: whole
@@ -752,6 +900,8 @@ var contentWorkers = 0
 // chunkJob is one chunk on its way through the workers of writeLarge.
 type chunkJob struct {
 	data []byte
+	hole int64 // a hole of this many bytes instead of data
+	base ID    // a previous version's chunk to delta against, or ZeroID
 	id   ID
 	err  error
 	done chan struct{}
@@ -761,6 +911,23 @@ type chunkJob struct {
 // compresses them on up to GOMAXPROCS workers, and feeds their ids in
 // order to a fileBuilder.
 func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
+	return w.buildContent(func(emit func(chunk []byte, hole int64) bool) (int64, error) {
+		return w.cutAll(r, w.cdc, func(chunk []byte) bool { return emit(chunk, 0) })
+	})
+}
+
+// buildContent runs produce on the calling goroutine; produce calls emit
+// with each chunk (or, with a nil chunk, each hole of that many bytes) in
+// order and returns the number of bytes it read. Chunks are hashed and
+// compressed on up to GOMAXPROCS workers and their ids fed in order to a
+// fileBuilder.
+func (w *Writer) buildContent(produce func(emit func(chunk []byte, hole int64) bool) (int64, error)) (ID, int64, error) {
+	return w.buildContentLike(produce, nil)
+}
+
+// buildContentLike is buildContent whose chunks may be deltas against the
+// chunks of prev (a previous version's chunk map) at the same offsets.
+func (w *Writer) buildContentLike(produce func(emit func(chunk []byte, hole int64) bool) (int64, error), prev []chunkAt) (ID, int64, error) {
 	workers := runtime.GOMAXPROCS(0)
 	if contentWorkers > 0 {
 		workers = contentWorkers
@@ -775,7 +942,7 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 			defer wg.Done()
 			for j := range jobs {
 				if !failed.Load() {
-					j.id, j.err = w.put(KindChunk, j.data, true)
+					j.id, j.err = w.putLike(KindChunk, j.data, true, j.base)
 					if j.err != nil {
 						failed.Store(true)
 					}
@@ -798,7 +965,11 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 				err = j.err
 			}
 			if err == nil && j.err == nil && !failed.Load() {
-				err = b.add(0, ChunkRef{ID: j.id, Size: int64(len(j.data))})
+				if j.hole > 0 {
+					err = b.add(0, ChunkRef{Size: j.hole})
+				} else {
+					err = b.add(0, ChunkRef{ID: j.id, Size: int64(len(j.data))})
+				}
 			}
 		}
 		var id ID
@@ -808,10 +979,19 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 		res <- built{id, err}
 	}()
 
-	total, rerr := w.cutAll(r, w.cdc, func(chunk []byte) bool {
-		j := &chunkJob{data: chunk, done: make(chan struct{})}
+	var off int64
+	total, rerr := produce(func(chunk []byte, hole int64) bool {
+		j := &chunkJob{data: chunk, hole: hole, done: make(chan struct{})}
+		if prev != nil && hole == 0 {
+			j.base = baseAt(prev, off)
+		}
+		off += int64(len(chunk)) + hole
 		order <- j
-		jobs <- j
+		if hole > 0 {
+			close(j.done)
+		} else {
+			jobs <- j
+		}
 		return !failed.Load()
 	})
 	close(jobs)
@@ -826,6 +1006,68 @@ func (w *Writer) writeLarge(r io.Reader) (ID, int64, error) {
 		return ZeroID, total, out.err
 	}
 	return out.id, total, nil
+}
+
+// Extent is a region of a file: Len bytes from Off.
+type Extent struct {
+	Off, Len int64
+}
+
+// WriteSparse stores the size bytes of r as file content whose data lies
+// only in the extents data (sorted, disjoint, within size): everything
+// else is a hole, stored as a hole ref of a level-0 file node instead of
+// chunks of zeros, and FastCDC cuts each data extent on its own; a chunk
+// of a data extent that is all zeros is stored as a hole too (filesystems
+// allocate in blocks, overlayfs copies up in 1 MiB pieces). The
+// content is always a FileNode tree, so its id differs from that of the
+// same bytes stored dense. It returns the content id and the number of
+// bytes it covers.
+func (w *Writer) WriteSparse(r io.ReaderAt, size int64, data []Extent) (ID, int64, error) {
+	var pos int64
+	for _, e := range data {
+		if e.Off < pos || e.Len <= 0 || e.Off+e.Len > size {
+			return ZeroID, 0, fmt.Errorf("write sparse: extent [%d,+%d) out of order or outside %d bytes", e.Off, e.Len, size)
+		}
+		pos = e.Off + e.Len
+	}
+	if size == 0 {
+		return ZeroID, 0, nil
+	}
+	if err := w.begin(); err != nil {
+		return ZeroID, 0, err
+	}
+	defer w.end()
+	id, n, err := w.buildContent(func(emit func(chunk []byte, hole int64) bool) (int64, error) {
+		var pos, read int64
+		for _, e := range data {
+			if e.Off > pos && !emit(nil, e.Off-pos) {
+				return read, nil
+			}
+			m, err := w.cutAll(io.NewSectionReader(r, e.Off, e.Len), w.cdc, func(chunk []byte) bool {
+				if allZero(chunk) { // a zero run the filesystem allocated anyway
+					return emit(nil, int64(len(chunk)))
+				}
+				return emit(chunk, 0)
+			})
+			read += m
+			if err != nil {
+				return read, err
+			}
+			if m != e.Len {
+				return read, fmt.Errorf("data extent [%d,+%d): read %d bytes: %w", e.Off, e.Len, m, io.ErrUnexpectedEOF)
+			}
+			pos = e.Off + e.Len
+		}
+		if size > pos {
+			emit(nil, size-pos)
+		}
+		return read, nil
+	})
+	if err != nil {
+		return ZeroID, 0, err
+	}
+	_ = n
+	return id, size, nil
 }
 
 // cutAll reads r to the end and calls emit with each chunk in order, in a
@@ -917,4 +1159,20 @@ func (b *fileBuilder) finish() (ID, error) {
 		}
 	}
 	return ZeroID, errors.New("file builder: no chunks")
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+
+	"github.com/stratafs/strata/internal/glob"
 )
 
 // AutoIgnoredDirs are the names of the ignored directories that
@@ -118,34 +120,11 @@ func (s *selector) selects(rel, abs string) bool {
 			}
 			continue
 		}
-		if matchElems(g, elems) {
+		if glob.MatchElems(g, elems) {
 			return true
 		}
 	}
 	return false
-}
-
-// matchElems matches path elements against glob elements, "**" matching
-// zero or more whole elements.
-func matchElems(g, p []string) bool {
-	for len(g) > 0 {
-		if g[0] == "**" {
-			for i := 0; i <= len(p); i++ {
-				if matchElems(g[1:], p[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(p) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(g[0], p[0]); !ok {
-			return false
-		}
-		g, p = g[1:], p[1:]
-	}
-	return len(p) == 0
 }
 
 // parseIgnore parses the contents of a .gitignore (or exclude) file whose

@@ -124,6 +124,47 @@ func changeCommands(e *env) []*cli.Command {
 			},
 		},
 		{
+			Name:      "rebase",
+			Usage:     "move a workspace (its commits and uncommitted changes) onto REF (default: its branch's head), merging three ways; exit 3 on conflict, nothing changed",
+			ArgsUsage: "NAME [REF]",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "conflict", Value: "fail", Usage: "fail (exit 3, list the paths, change nothing) or markers (write git-style conflict markers into the files)"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() < 1 || c.NArg() > 2 {
+					return usagef("rebase needs NAME and at most one REF")
+				}
+				var opts strata.RebaseOptions
+				switch c.String("conflict") {
+				case "fail", "":
+				case "markers":
+					opts.Markers = true
+				default:
+					return usagef("--conflict is fail or markers, not %q", c.String("conflict"))
+				}
+				r, err := e.open(strata.OpenOptions{})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				name := c.Args().Get(0)
+				res, err := r.Rebase(c.Context, name, c.Args().Get(1), opts)
+				if err != nil {
+					return err
+				}
+				return e.out(res, func(w io.Writer) {
+					if res.How == "up-to-date" {
+						fmt.Fprintf(w, "workspace %s already contains %s\n", name, res.Onto)
+						return
+					}
+					fmt.Fprintf(w, "workspace %s rebased onto %s (base %s)\n", name, res.Onto, res.Base.Short())
+					for _, p := range res.Markers {
+						fmt.Fprintf(w, "conflict markers written: %s\n", p)
+					}
+				})
+			},
+		},
+		{
 			Name:      "promote",
 			Usage:     "merge a workspace's branch (or a branch) into the branch it was forked from, or --into",
 			ArgsUsage: "NAME|BRANCH",

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -225,7 +226,10 @@ func explain(err error) string {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, strata.ErrNoSpace):
-		return msg + "\n  the disk holding the store is full; the store is unchanged. Free space (`strata gc --prune 0s` drops unreferenced data) and retry."
+		if strings.Contains(msg, "free space there:") {
+			return msg + "\n  the store is unchanged; read-only commands (log, show, ws list, fsck, diff of commits) still work."
+		}
+		return msg + "\n  the filesystem holding the store is full; the store is unchanged. Free space there: `strata ws rm -f NAME` removes a workspace and its changes, `strata ws stop NAME` releases files deleted inside it, `strata gc --prune 0s` drops unreferenced data; then retry."
 	case errors.Is(err, strata.ErrReadOnly):
 		return msg + "\n  the store cannot be written here; read-only commands (log, show, export, fsck) still work. Use --home to pick a writable store."
 	case errors.Is(err, context.Canceled):

@@ -286,20 +286,34 @@ func storeCommands(e *env) []*cli.Command {
 		{
 			Name:  "fsck",
 			Usage: "verify every object, ref and cache; non-zero exit if damaged",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "repair", Usage: "rewrite damaged objects whose content is in `DIR` (read as an import would; no commit is made)"},
+			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() > 0 {
-					return usagef("fsck takes no arguments")
+					return usagef("fsck takes no arguments (a directory to repair from goes with --repair)")
 				}
-				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)})
+				repair := c.String("repair")
+				r, err := e.open(strata.OpenOptions{ReadOnly: repair == "" && readOnlyFS(e.home)})
 				if err != nil {
 					return err
 				}
 				defer r.Close()
-				p := e.progress()
-				rep, err := r.Fsck(c.Context, func(done, total int64) { p.update("verify", done, total, false) })
-				p.done()
-				if err != nil {
-					return err
+				var rep *store.FsckReport
+				var rr *strata.RepairResult
+				if repair != "" {
+					if rr, err = r.Repair(c.Context, repair, e.warn); err != nil {
+						return err
+					}
+					rep = rr.After
+					rep.Info = append([]string{fmt.Sprintf("repair from %s: %d of %d damaged objects rewritten", repair, len(rr.Repaired), rr.Damaged)}, rep.Info...)
+				} else {
+					p := e.progress()
+					rep, err = r.Fsck(c.Context, func(done, total int64) { p.update("verify", done, total, false) })
+					p.done()
+					if err != nil {
+						return err
+					}
 				}
 				if err := e.out(rep, func(w io.Writer) {
 					for _, pr := range rep.Problems {
@@ -397,8 +411,11 @@ func branchCommand(e *env) *cli.Command {
 			},
 			{
 				Name:      "delete",
-				Usage:     "delete a branch (its commits stay recoverable until gc's prune window passes)",
+				Usage:     "delete a branch (its commits stay recoverable until gc's prune window passes); refused while workspaces are bound to it or forked from it",
 				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "force", Usage: "delete it even though workspaces were forked from it (never one a workspace is bound to)"},
+				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usagef("branch delete needs exactly one NAME")
@@ -409,7 +426,7 @@ func branchCommand(e *env) *cli.Command {
 					}
 					defer r.Close()
 					name := c.Args().First()
-					id, err := r.DeleteBranch(c.Context, name)
+					id, err := r.DeleteBranch(c.Context, name, c.Bool("force"))
 					if err != nil {
 						return err
 					}

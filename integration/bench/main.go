@@ -96,6 +96,7 @@ var scenarios = []scenario{
 	{name: "runs", issue: "runs", run: runRuns, report: reportRuns},
 	{name: "view", issue: "view", run: runView, report: reportView},
 	{name: "mcp", issue: "mcp", run: runMCP, report: reportMCP},
+	{name: "deltas", issue: "store", run: runDeltas, report: reportDeltas},
 }
 
 func (c config) selected(s scenario) bool {
@@ -630,6 +631,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"runs", "Issue \"runs\": fork + patch + test + discard"},
 		{"view", "Issue \"view\": the sandbox's assembled root, before and after"},
 		{"mcp", "Issue \"mcp\": the MCP server's exec against the CLI's"},
+		{"store", "Issue \"store\" (18): delta-coded edits, before and after"},
 	}
 	for _, sec := range sections {
 		var tables []Table

@@ -40,6 +40,16 @@ func AsRoot(t testing.TB) {
 	}
 }
 
+// AsRootBecause is AsRoot that names why the test needs the root pass
+// (e.g. /dev/fuse is open to root only): the unprivileged pass reports the
+// reason. Like AsRoot, it never fails.
+func AsRootBecause(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("root pass only: " + why)
+	}
+}
+
 // AsUser runs the test only in the unprivileged pass of the suite.
 func AsUser(t testing.TB) {
 	t.Helper()

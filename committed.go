@@ -1,0 +1,337 @@
+package strata
+
+import (
+	"bytes"
+	"encoding/gob"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/overlayfs"
+	"github.com/stratafs/strata/snapshot"
+	"github.com/stratafs/strata/store"
+)
+
+// The committed-state index: what a workspace's upper directory held when
+// its base commit was made from it, entry by entry (inode, type and mode,
+// size, mtime, ctime, link count; opaque for directories). It is what makes
+// a workspace clean after a commit and the next commit O(delta since the
+// last commit): an upper entry whose stat equals the index's is already in
+// the base commit, so only the others are read and applied — to the base
+// tree rather than to the mount base's (docs/workspaces.md, "Clean after
+// commit").
+//
+// The index is a cache beside the registry, keyed by the base commit, the
+// mount base and the upper directory it describes: written after the
+// commit's transaction lands, ignored whenever any key differs (a crash in
+// between, a reset, a promote that moved the workspace), in which case a
+// commit reads the whole upper as before. It is never a source of truth.
+const committedIndexFile = "committed.idx"
+
+type committedIndex struct {
+	Base, MountBase, Upper string
+	Entries                map[string]upperStat
+}
+
+// upperStat is the part of an upper entry's lstat that any change to it
+// alters: a write moves mtime and ctime, chmod/chown/setxattr/link/rename
+// move ctime, a new file is a new inode. ctime cannot be set by a process,
+// and a commit keeps the workspace frozen until the clock has passed every
+// ctime it recorded (waitPastCtimes), so a later change cannot carry an
+// equal ctime.
+type upperStat struct {
+	Ino    uint64
+	Mode   uint32
+	Size   int64
+	Mtime  int64
+	Ctime  int64
+	Nlink  uint64
+	Opaque bool
+}
+
+func (a upperStat) same(b upperStat) bool {
+	a.Opaque, b.Opaque = false, false
+	return a == b
+}
+
+// upperState is a walk of an upper directory: every entry's upperStat by
+// path ("." the root), and the latest ctime seen.
+type upperState struct {
+	entries  map[string]upperStat
+	maxCtime int64
+}
+
+// walkUpper lstats every entry of an upper directory.
+func walkUpper(upper string) (*upperState, error) {
+	s := &upperState{entries: map[string]upperStat{}}
+	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel := "."
+		if p != upper {
+			rel = filepath.ToSlash(strings.TrimPrefix(p, upper+"/"))
+		}
+		ct := st.Ctim.Nano()
+		s.entries[rel] = upperStat{Ino: st.Ino, Mode: st.Mode, Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: ct, Nlink: uint64(st.Nlink)}
+		if ct > s.maxCtime {
+			s.maxCtime = ct
+		}
+		return nil
+	})
+	return s, err
+}
+
+// waitPastCtimes returns once the kernel's coarse clock (what file
+// timestamps are taken from) is past ctime, so that no change made after
+// it returns can carry a ctime the index recorded. It waits at most one
+// clock tick (1-10 ms) and usually not at all.
+func waitPastCtimes(ctime int64) {
+	for i := 0; i < 1000; i++ {
+		var ts unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts) != nil || ts.Nano() > ctime {
+			return
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+}
+
+func (r *Repo) committedIndexPath(w *store.Workspace) string {
+	return filepath.Join(w.Dir, committedIndexFile)
+}
+
+// loadCommittedIndex returns the workspace's index when it describes its
+// current base, mount base and upper; nil otherwise.
+func (r *Repo) loadCommittedIndex(w *store.Workspace, x wsExtra) *committedIndex {
+	b, err := os.ReadFile(r.committedIndexPath(w))
+	if err != nil {
+		return nil
+	}
+	var idx committedIndex
+	if gob.NewDecoder(bytes.NewReader(b)).Decode(&idx) != nil {
+		return nil
+	}
+	if idx.Base != w.Base.String() || idx.MountBase != x.mountBase(w).String() || idx.Upper != filepath.Base(x.Upper) || idx.Entries == nil {
+		return nil
+	}
+	return &idx
+}
+
+// saveCommittedIndex records state as the upper that base was made from.
+// A failure only costs the next commit its shortcut.
+//
+// changes tell which directories are opaque; when they were read within
+// the dirty entries only (ChangesWithin), the entries unchanged since prev
+// keep prev's flag.
+func (r *Repo) saveCommittedIndex(w *store.Workspace, x wsExtra, base store.ID, state *upperState, changes []overlayfs.Change, prev *committedIndex) {
+	if state == nil {
+		return
+	}
+	if prev != nil {
+		for p, e := range state.entries {
+			if o, ok := prev.Entries[p]; ok && o.same(e) && o.Opaque {
+				e.Opaque = true
+				state.entries[p] = e
+			}
+		}
+	}
+	for _, c := range changes {
+		if c.Opaque {
+			if e, ok := state.entries[c.Path]; ok {
+				e.Opaque = true
+				state.entries[c.Path] = e
+			}
+		}
+	}
+	idx := committedIndex{Base: base.String(), MountBase: x.mountBase(w).String(), Upper: filepath.Base(x.Upper), Entries: state.entries}
+	var buf bytes.Buffer
+	if gob.NewEncoder(&buf).Encode(&idx) != nil {
+		return
+	}
+	if writeFileAtomic(r.committedIndexPath(w), buf.Bytes(), false) != nil {
+		_ = os.Remove(r.committedIndexPath(w))
+	}
+}
+
+// dirtySince lists the paths whose entries differ between the index and a
+// walk of the upper, or exist in only one of them.
+func (idx *committedIndex) dirtySince(cur *upperState) map[string]bool {
+	d := map[string]bool{}
+	for p, e := range cur.entries {
+		if o, ok := idx.Entries[p]; !ok || !o.same(e) {
+			d[p] = true
+		}
+	}
+	for p := range idx.Entries {
+		if _, ok := cur.entries[p]; !ok {
+			d[p] = true
+		}
+	}
+	return d
+}
+
+// needed is the set of upper paths a commit must read: the dirty ones and
+// every directory on the way to one ("." is always read).
+func (idx *committedIndex) needed(cur *upperState) map[string]bool {
+	need := map[string]bool{}
+	for p := range idx.dirtySince(cur) {
+		for q := p; q != "." && !need[q]; q = parentPath(q) {
+			need[q] = true
+		}
+	}
+	return need
+}
+
+// deltaSince turns the upper's changes (relative to the mount base's
+// stack) into the changes since the last commit, relative to the base
+// commit's tree. ok is false when the delta cannot be expressed that way
+// (a redirect, a replaced root, an entry that vanished from the upper
+// while something is beneath it in the stack): the caller then applies
+// every change to the mount base's tree.
+func (idx *committedIndex) deltaSince(cur *upperState, changes []overlayfs.Change, upper string, lowers []string) (_ []snapshot.UpperChange, ok bool) {
+	dirty := idx.dirtySince(cur)
+	if len(dirty) == 0 {
+		return nil, true
+	}
+	var out []snapshot.UpperChange
+	listed := map[string]bool{}
+	for _, u := range upperChanges(changes) {
+		listed[u.Path] = true
+		if !dirty[u.Path] {
+			continue
+		}
+		if u.RedirectFrom != "" || (u.Path == "." && (u.Opaque || u.Kind == snapshot.UpperReplaced)) {
+			return nil, false
+		}
+		// The base entry may differ from the one beneath in the stack.
+		u.ContentEqual = nil
+		o, inIdx := idx.Entries[u.Path]
+		c := cur.entries[u.Path]
+		if (u.Kind == snapshot.UpperAdded || u.Kind == snapshot.UpperReplaced) && inIdx &&
+			o.Mode&unix.S_IFMT == unix.S_IFDIR && c.Mode&unix.S_IFMT == unix.S_IFDIR && o.Ino == c.Ino && o.Opaque == u.Opaque {
+			// A directory the base already holds as the upper made it:
+			// its entries since are changes of their own.
+			u.Kind, u.Opaque = snapshot.UpperModified, false
+		}
+		out = append(out, u)
+	}
+	// Directories the result takes whole from the upper: a vanished
+	// entry beneath one of them is gone with the rest of what it held.
+	fresh := map[string]bool{}
+	for _, u := range out {
+		if (u.Kind == snapshot.UpperAdded || u.Kind == snapshot.UpperReplaced) && cur.entries[u.Path].Mode&unix.S_IFMT == unix.S_IFDIR {
+			fresh[u.Path] = true
+		}
+	}
+	underFresh := func(p string) bool {
+		for q := parentPath(p); q != "."; q = parentPath(q) {
+			if fresh[q] {
+				return true
+			}
+		}
+		return false
+	}
+	// Dirty entries Changes does not list are equal to what is beneath
+	// them in the stack, which the base may not be: a directory takes the
+	// upper's metadata again (its entries are changes of their own);
+	// anything else sends the caller the long way.
+	for p := range dirty {
+		c, ok := cur.entries[p]
+		if !ok || listed[p] || p == "." {
+			continue
+		}
+		if c.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil, false
+		}
+		out = append(out, snapshot.UpperChange{Path: p, Kind: snapshot.UpperModified, UpperPath: upper + "/" + p})
+	}
+	// Entries gone from the upper: a file or directory made after the
+	// mount and deleted since (the kernel leaves no whiteout when nothing
+	// is beneath). Only the topmost of a vanished subtree is deleted.
+	for p := range dirty {
+		if _, ok := cur.entries[p]; ok || underFresh(p) {
+			continue
+		}
+		if par := parentPath(p); par != "." {
+			if _, ok := cur.entries[par]; !ok {
+				continue
+			}
+		}
+		for _, l := range lowers {
+			var st unix.Stat_t
+			if unix.Lstat(filepath.Join(l, p), &st) == nil {
+				return nil, false
+			}
+		}
+		out = append(out, snapshot.UpperChange{Path: p, Kind: snapshot.UpperDeleted, UpperPath: upper + "/" + p})
+	}
+	sort.Slice(out, func(i, j int) bool { return comparePaths(out[i].Path, out[j].Path) < 0 })
+	return out, true
+}
+
+// comparePaths orders paths element by element, "." first: parents
+// before their entries, as overlayfs.Changes reports them.
+func comparePaths(a, b string) int {
+	if a == b {
+		return 0
+	}
+	if a == "." {
+		return -1
+	}
+	if b == "." {
+		return 1
+	}
+	for {
+		ca, ra, _ := strings.Cut(a, "/")
+		cb, rb, _ := strings.Cut(b, "/")
+		if c := strings.Compare(ca, cb); c != 0 {
+			return c
+		}
+		if ra == "" || rb == "" {
+			return strings.Compare(ra, rb)
+		}
+		a, b = ra, rb
+	}
+}
+
+func parentPath(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return "."
+}
+
+// uncommitted reports whether a workspace's upper holds anything its base
+// commit does not (by the committed-state index; without a valid one,
+// whether the upper holds anything at all) and how many bytes of regular
+// files that is.
+func (r *Repo) uncommitted(w *store.Workspace, x wsExtra) (bool, int64) {
+	if dirEmpty(x.Upper) {
+		return false, 0
+	}
+	idx := r.loadCommittedIndex(w, x)
+	if idx == nil {
+		return true, dirBytes(x.Upper)
+	}
+	cur, err := walkUpper(x.Upper)
+	if err != nil {
+		return true, dirBytes(x.Upper)
+	}
+	var n int64
+	d := idx.dirtySince(cur)
+	for p := range d {
+		if e, ok := cur.entries[p]; ok && e.Mode&unix.S_IFMT == unix.S_IFREG {
+			n += e.Size
+		}
+	}
+	return len(d) > 0, n
+}

@@ -1,0 +1,435 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stratafs/strata/internal/lazyfs"
+	"github.com/stratafs/strata/internal/testutil"
+)
+
+// The power-loss harness: the store lives on lazyfs (internal/lazyfs), a
+// FUSE filesystem that forgets every write a file had not fsynced when the
+// "power" goes. Each trial arms a crash point (the Nth mutating operation
+// of the filesystem, chosen at random within the operation's measured
+// length, or past its end), runs one operation — import, commit (a run
+// committed to a branch), promote, gc — as a process, cuts the power,
+// kills the process, remounts, and checks: fsck is clean, every commit an
+// operation acknowledged (exit 0) is present, every branch is at the head
+// last acknowledged for it or, for the branch of the interrupted operation,
+// at the complete commit it was making.
+//
+// STRATA_POWERLOSS_TRIALS sets the number of trials (make powerloss: 320;
+// make test: a short run).
+
+type plHarness struct {
+	t       *testing.T
+	h       *home
+	backing string
+	mnt     string
+	l       *lazyfs.FS
+	src     string
+	rng     *rand.Rand
+	// acked: commits acknowledged by a successful operation.
+	acked map[string]string // commit → what made it
+	// heads: the branch heads as last acknowledged or verified.
+	heads map[string]string
+	// opLen: mutating filesystem operations of the last uninterrupted
+	// run of each operation kind.
+	opLen map[string]int64
+	n     int
+	// lateCrash counts operations that succeeded though the crash point
+	// fell inside them.
+	lateCrash int
+	// collected counts acknowledged commits no branch reached any more,
+	// which a gc --prune 0s was free to take.
+	collected int
+}
+
+func (p *plHarness) mount() {
+	p.t.Helper()
+	l, err := lazyfs.Mount(p.backing, p.mnt)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.l = l
+}
+
+// strata runs the CLI with the store on the mount, with a timeout (a
+// process that hangs after the power is cut is killed).
+func (p *plHarness) strata(args ...string) (stdout string, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := p.h.runIn(ctx, "", nil, args...)
+	if r.code != 0 {
+		return r.stdout + r.stderr, false
+	}
+	return r.stdout, true
+}
+
+func (p *plHarness) branches() map[string]string {
+	p.t.Helper()
+	out, ok := p.strata("--json", "branch", "list")
+	if !ok {
+		p.t.Fatalf("branch list failed after a power loss")
+	}
+	m := map[string]string{}
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var b struct {
+			Name   string `json:"name"`
+			Commit string `json:"commit"`
+		}
+		if err := dec.Decode(&b); err != nil {
+			p.t.Fatalf("branch list: %v in %q", err, out)
+		}
+		m[b.Name] = b.Commit
+	}
+	return m
+}
+
+// parents returns the parents of commit, or ok false if it cannot be shown.
+func (p *plHarness) parents(commit string) ([]string, bool) {
+	out, ok := p.strata("--json", "show", commit)
+	if !ok {
+		return nil, false
+	}
+	var s struct {
+		Commit struct {
+			ID      string   `json:"id"`
+			Parents []string `json:"parents"`
+		} `json:"commit"`
+	}
+	if json.Unmarshal([]byte(out), &s) != nil || s.Commit.ID != commit {
+		return nil, false
+	}
+	return s.Commit.Parents, true
+}
+
+// op is one operation of a trial: what it runs, the branch it moves.
+type plOp struct {
+	kind   string
+	branch string
+	args   []string
+	from   string // branch create: the branch it starts at
+}
+
+func (p *plHarness) nextOp() plOp {
+	p.n++
+	// Change the source a little: a new file, an edit, a removal.
+	os.WriteFile(filepath.Join(p.src, fmt.Sprintf("f%03d.txt", p.n%40)), []byte(strings.Repeat(fmt.Sprintf("trial %d\n", p.n), 200+p.rng.IntN(3000))), 0o644)
+	os.Remove(filepath.Join(p.src, fmt.Sprintf("f%03d.txt", (p.n+17)%40)))
+	// Imports go to their own branch, imp: an import is a snapshot of src
+	// and would delete on main what the feature branches added there,
+	// making every later promote a conflict. Features fork from imp,
+	// write files of their own names, and are promoted into main.
+	imp := func() plOp {
+		return plOp{kind: "import", branch: "imp", args: []string{"--json", "import", "-b", "imp", "-m", "trial " + strconv.Itoa(p.n), p.src}}
+	}
+	if p.heads["imp"] == "" {
+		return imp()
+	}
+	if p.heads["main"] == "" {
+		return plOp{kind: "branch", branch: "main", from: "imp", args: []string{"--json", "branch", "create", "--from", "imp", "main"}}
+	}
+	switch k := p.rng.IntN(10); {
+	case k < 3:
+		return imp()
+	case k < 6:
+		b := fmt.Sprintf("feat%d", p.rng.IntN(3))
+		if _, ok := p.heads[b]; !ok {
+			return plOp{kind: "branch", branch: b, from: "imp", args: []string{"--json", "branch", "create", "--from", "imp", b}}
+		}
+		script := fmt.Sprintf("echo %d >> log-%s.txt; head -c %d /dev/urandom > blob%d-%s.bin", p.n, b, 1000+p.rng.IntN(200000), p.n%5, b)
+		return plOp{kind: "commit", branch: b, args: []string{"--json", "run", "--sandbox", "none", "--from", b, "--commit", b, "--", "/bin/sh", "-ec", script}}
+	case k < 8:
+		for _, b := range []string{"feat0", "feat1", "feat2"} {
+			if h, ok := p.heads[b]; ok && h != p.heads["main"] {
+				return plOp{kind: "promote", branch: "main", args: []string{"--json", "promote", "--into", "main", b}}
+			}
+		}
+		return imp()
+	default:
+		if b := fmt.Sprintf("feat%d", p.rng.IntN(3)); p.heads[b] != "" && p.rng.IntN(3) == 0 {
+			return plOp{kind: "branch", branch: b, args: []string{"--json", "branch", "delete", b}}
+		}
+		if p.rng.IntN(2) == 0 {
+			// Nothing kept by the prune window: the sweep deletes.
+			return plOp{kind: "gc", args: []string{"--json", "gc", "--prune", "0s"}}
+		}
+		return plOp{kind: "gc", args: []string{"--json", "gc"}}
+	}
+}
+
+// trial runs one operation with a crash point, cuts the power and checks
+// the store. It returns whether the crash point fell inside the operation.
+func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
+	t := p.t
+	t.Helper()
+	n := p.opLen[op.kind]
+	var at int64
+	if n > 0 && p.rng.IntN(8) != 0 { // 1 in 8 runs to the end, then loses power
+		at = 1 + p.rng.Int64N(n)
+	}
+	// A gc with --prune 0s may take acknowledged commits that no branch
+	// reaches any more (a deleted branch's): only reachable ones must stay.
+	var reachable map[string]bool
+	if op.kind == "gc" && contains(op.args, "0s") {
+		reachable = map[string]bool{}
+		for b := range p.branches() {
+			out, ok := p.strata("--json", "log", b, "-n", "100000")
+			if !ok {
+				t.Fatalf("log %s: %s", b, out)
+			}
+			dec := json.NewDecoder(strings.NewReader(out))
+			for dec.More() {
+				var c struct {
+					ID string `json:"id"`
+				}
+				if err := dec.Decode(&c); err != nil {
+					t.Fatalf("log %s: %v", b, err)
+				}
+				reachable[c.ID] = true
+			}
+		}
+	}
+	start := p.l.Ops()
+	p.l.CrashAt(at)
+	out, ok := p.strata(op.args...)
+	interrupted = p.l.Crashed()
+	if !interrupted {
+		p.opLen[op.kind] = p.l.Ops() - start
+	}
+	// An operation may succeed though the crash point fell inside it:
+	// SQLite's checkpoint after a durable commit, or cleanup of caches,
+	// may fail without undoing what was acknowledged. It is acknowledged
+	// like any other, and must survive the power loss the same way.
+	if interrupted && ok {
+		p.lateCrash++
+	}
+	if !interrupted && !ok {
+		t.Logf("trial %d: %v failed without a crash: %s", p.n, op.args, out)
+	}
+	before := map[string]string{}
+	for k, v := range p.heads {
+		before[k] = v
+	}
+	if ok {
+		// Acknowledged: what it says it made must survive.
+		switch op.kind {
+		case "import", "commit", "promote":
+			var r struct {
+				Commit string `json:"commit"`
+			}
+			json.Unmarshal([]byte(firstLine(out)), &r)
+			if r.Commit == "" {
+				t.Fatalf("%v: no commit in %q", op.args, out)
+			}
+			p.acked[r.Commit] = op.kind
+			p.heads[op.branch] = r.Commit
+		case "branch":
+			if op.args[2] == "delete" {
+				delete(p.heads, op.branch)
+			} else {
+				p.heads[op.branch] = p.heads[op.from]
+			}
+		}
+	}
+	if _, err := p.l.PowerLoss(); err != nil {
+		t.Fatal(err)
+	}
+	// The operation's process is gone (its filesystem calls fail); the
+	// keeper-less run leaves nothing behind on the mount.
+	if err := p.l.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	p.mount()
+
+	if out, ok := p.strata("fsck"); !ok {
+		t.Fatalf("trial %d (%s, crash at %d of %d): fsck after the power loss:\n%s", p.n, op.kind, at, n, out)
+	}
+	for c := range p.acked {
+		if reachable != nil && !reachable[c] {
+			delete(p.acked, c)
+			p.collected++
+		}
+	}
+	for c, what := range p.acked {
+		if _, ok := p.parents(c); !ok {
+			t.Errorf("trial %d: the acknowledged %s commit %s is gone", p.n, what, c[:12])
+		}
+	}
+	got := p.branches()
+	for b, want := range p.heads {
+		if b == op.branch && !ok {
+			continue
+		}
+		if got[b] != want {
+			t.Errorf("trial %d (%s, crash at %d of %d): branch %s at %q, want %q (acknowledged)", p.n, op.kind, at, n, b, got[b], want)
+		}
+	}
+	if op.branch != "" && !ok {
+		// Interrupted: the branch is where it was, or at the complete
+		// commit the operation was making (fsck proved it complete).
+		old, now := before[op.branch], got[op.branch]
+		switch {
+		case now == old:
+		case op.kind == "branch" && op.from != "" && now == p.heads[op.from]:
+		case op.kind == "branch" && now == "": // the delete went through
+		default:
+			if ps, okp := p.parents(now); !okp || (old != "" && !contains(ps, old) && op.kind != "promote") {
+				t.Errorf("trial %d (%s interrupted at %d of %d): branch %s moved from %q to %q, not a child of it", p.n, op.kind, at, n, op.branch, old, now)
+			}
+		}
+		if now == "" {
+			delete(p.heads, op.branch)
+		} else {
+			p.heads[op.branch] = now
+		}
+	}
+	return interrupted, ok
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPowerLoss(t *testing.T) {
+	testutil.AsRootBecause(t, "the power-loss harness mounts FUSE (/dev/fuse is 0600 here)")
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testutil.Skip(t, "no /dev/fuse: "+err.Error())
+	}
+	trials := 40
+	if s := os.Getenv("STRATA_POWERLOSS_TRIALS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("STRATA_POWERLOSS_TRIALS=%q", s)
+		}
+		trials = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("STRATA_POWERLOSS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (STRATA_POWERLOSS_SEED), %d trials", seed, trials)
+	dir := t.TempDir()
+	p := &plHarness{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt"),
+		src: filepath.Join(dir, "src"), rng: rand.New(rand.NewPCG(seed, 18)),
+		acked: map[string]string{}, heads: map[string]string{}, opLen: map[string]int64{}}
+	for _, d := range []string{p.backing, p.mnt, p.src} {
+		os.MkdirAll(d, 0o755)
+	}
+	p.mount()
+	defer func() { p.l.Unmount() }()
+	p.h = &home{t: t, dir: filepath.Join(p.mnt, "store")}
+	sh(t, p.src, "mkdir -p a/b && echo hello > a/b/c && head -c 300000 /dev/urandom > big.bin")
+	if _, ok := p.strata("init"); !ok {
+		t.Fatal("init on lazyfs failed")
+	}
+	// Calibrate: each kind once, uninterrupted.
+	counts := map[string][3]int{} // kind → trials, interrupted, acknowledged
+	for i := 0; i < trials; i++ {
+		op := p.nextOp()
+		intr, ack := p.trial(op)
+		c := counts[op.kind]
+		c[0]++
+		if intr {
+			c[1]++
+		}
+		if ack {
+			c[2]++
+		}
+		counts[op.kind] = c
+		if t.Failed() {
+			break
+		}
+	}
+	kinds := make([]string, 0, len(counts))
+	for k := range counts {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	total := [3]int{}
+	for _, k := range kinds {
+		c := counts[k]
+		t.Logf("%-8s trials %4d  crashed mid-operation %4d  acknowledged %4d  (last length %d fs ops)", k, c[0], c[1], c[2], p.opLen[k])
+		for i := range total {
+			total[i] += c[i]
+		}
+	}
+	// The property must not shrink to nothing: most trials cut an
+	// operation short, and enough of them were acknowledged.
+	if trials >= 40 && (total[1] < trials/4 || total[2] < trials/8) {
+		t.Errorf("%d of %d trials interrupted, %d acknowledged: too few to show anything", total[1], trials, total[2])
+	}
+	t.Logf("acknowledged though the crash point fell inside them (after their commit point): %d", p.lateCrash)
+	t.Logf("total    trials %4d  crashed mid-operation %4d  acknowledged %4d; acknowledged commits present %d (and %d unreachable ones left to gc --prune 0s); fsck clean after every power loss",
+		total[0], total[1], total[2], len(p.acked), p.collected)
+}
+
+// TestPowerLossLyingDisk: the harness's checks can fail. On a disk whose
+// fsync makes nothing durable, an acknowledged import does not survive the
+// power loss, and the checks TestPowerLoss makes see it.
+func TestPowerLossLyingDisk(t *testing.T) {
+	testutil.AsRootBecause(t, "the power-loss harness mounts FUSE (/dev/fuse is 0600 here)")
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testutil.Skip(t, "no /dev/fuse: "+err.Error())
+	}
+	dir := t.TempDir()
+	p := &plHarness{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt"), src: filepath.Join(dir, "src")}
+	for _, d := range []string{p.backing, p.mnt, p.src} {
+		os.MkdirAll(d, 0o755)
+	}
+	p.mount()
+	defer func() { p.l.Unmount() }()
+	p.h = &home{t: t, dir: filepath.Join(p.mnt, "store")}
+	sh(t, p.src, "echo hello > a && head -c 100000 /dev/urandom > b")
+	if out, ok := p.strata("init"); !ok {
+		t.Fatal(out)
+	}
+	// The store's creation is durable; from here on, fsync lies.
+	p.l.PowerLoss()
+	p.l.Unmount()
+	p.mount()
+	p.l.LieAboutSync(true)
+	out, ok := p.strata("--json", "import", p.src)
+	if !ok {
+		t.Fatal(out)
+	}
+	var r struct {
+		Commit string `json:"commit"`
+	}
+	json.Unmarshal([]byte(firstLine(out)), &r)
+	p.l.PowerLoss()
+	p.l.Unmount()
+	p.mount()
+	_, fsckOK := p.strata("fsck")
+	_, present := p.parents(r.Commit)
+	if fsckOK && present {
+		t.Fatalf("the acknowledged import %s survived a disk that made nothing durable: the harness could not see a loss", r.Commit)
+	}
+	t.Logf("on a lying disk: fsck clean %v, the acknowledged commit present %v", fsckOK, present)
+}
