@@ -35,7 +35,7 @@ STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 export STRATA_CORPUS STRATA_CACHE STRATA_IMAGES
 
 .PHONY: all build test unit fuzz-short fuzz integration integration-root integration-user python-test mcp-inspector \
-        bench demo deps lint corpus images clean crash powerloss cover man
+        bench bench-push demo deps lint corpus images clean crash powerloss cover man
 
 all: build
 
@@ -116,6 +116,9 @@ cover: build corpus
 
 bench: build corpus
 	@bash scripts/bench.sh
+
+bench-push: build corpus
+	@bash scripts/bench-push.sh
 
 demo: build
 	@bash scripts/demo.sh

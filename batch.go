@@ -47,6 +47,8 @@ type JobResult struct {
 	StderrTail string `json:"stderr_tail,omitempty"`
 	Error      string `json:"error,omitempty"`
 	Kind       string `json:"error_kind,omitempty"`
+	// Shard is "K/N" when the batch ran one shard (BatchOptions.Shard).
+	Shard string `json:"shard,omitempty"`
 }
 
 // BatchOptions tune Batch.
@@ -61,18 +63,22 @@ type BatchOptions struct {
 	Progress func(done, total int)
 	// Kind classifies an error for the result line (the CLI's kinds).
 	Kind func(error) string
+	// Shard, if Shards > 1, runs only the jobs whose 0-based index is
+	// ≡ Shard (mod Shards); see ParseShard.
+	Shard, Shards int
 }
 
 // BatchSummary reports a batch.
 type BatchSummary struct {
-	Jobs     int   `json:"jobs"`
-	Skipped  int   `json:"skipped"` // already in --out
-	Ran      int   `json:"ran"`
-	Passed   int   `json:"passed"` // exit code 0
-	Failed   int   `json:"failed"`
-	Errors   int   `json:"errors"` // strata could not run them
-	TimedOut int   `json:"timed_out"`
-	Duration int64 `json:"duration_ns"`
+	Jobs     int    `json:"jobs"`
+	Skipped  int    `json:"skipped"` // already in --out
+	Ran      int    `json:"ran"`
+	Passed   int    `json:"passed"` // exit code 0
+	Failed   int    `json:"failed"`
+	Errors   int    `json:"errors"` // strata could not run them
+	TimedOut int    `json:"timed_out"`
+	Duration int64  `json:"duration_ns"`
+	Shard    string `json:"shard,omitempty"` // "K/N" of a sharded batch
 }
 
 // tailSize is how much of each job's stdout and stderr a result line
@@ -92,7 +98,20 @@ func (r *Repo) Batch(ctx context.Context, file string, w io.Writer, opts BatchOp
 	if err := checkJobs(file, jobs, opts); err != nil {
 		return nil, err
 	}
-	sum := &BatchSummary{Jobs: len(jobs)}
+	if opts.Shards > 1 && (opts.Shard < 0 || opts.Shard >= opts.Shards) {
+		return nil, invalidf("batch: shard %d/%d: want 0 <= K < N", opts.Shard, opts.Shards)
+	}
+	var mine []int // indexes of the jobs this batch (shard) runs
+	for i := range jobs {
+		if opts.Shards <= 1 || i%opts.Shards == opts.Shard {
+			mine = append(mine, i)
+		}
+	}
+	shard := ""
+	if opts.Shards > 1 {
+		shard = fmt.Sprintf("%d/%d", opts.Shard, opts.Shards)
+	}
+	sum := &BatchSummary{Jobs: len(mine), Shard: shard}
 	done := map[string]bool{}
 	var out io.Writer = w
 	if opts.Out != "" {
@@ -115,6 +134,7 @@ func (r *Repo) Batch(ctx context.Context, file string, w io.Writer, opts BatchOp
 	emit := func(res *JobResult) error {
 		mu.Lock()
 		defer mu.Unlock()
+		res.Shard = shard
 		b, err := json.Marshal(res)
 		if err != nil {
 			return err
@@ -135,7 +155,7 @@ func (r *Repo) Batch(ctx context.Context, file string, w io.Writer, opts BatchOp
 			sum.Failed++
 		}
 		if opts.Progress != nil {
-			opts.Progress(finished, len(jobs)-sum.Skipped)
+			opts.Progress(finished, len(mine)-sum.Skipped)
 		}
 		return nil
 	}
@@ -155,8 +175,8 @@ func (r *Repo) Batch(ctx context.Context, file string, w io.Writer, opts BatchOp
 		}()
 	}
 feed:
-	for i, j := range jobs {
-		if done[j.ID] {
+	for _, i := range mine {
+		if j := jobs[i]; done[j.ID] {
 			sum.Skipped++
 			continue
 		}

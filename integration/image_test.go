@@ -52,6 +52,7 @@ func importImage(h *home, src string, extra ...string) imported {
 // 127.0.0.1, plain HTTP, for one test.
 type registry struct {
 	addr string
+	data string // its storage directory
 }
 
 // startRegistry starts docker-registry on a free port with a temporary
@@ -122,7 +123,7 @@ http:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return &registry{addr: addr}
+	return &registry{addr: addr, data: filepath.Join(dir, "data")}
 }
 
 // push copies the image tagged tag of the OCI layout to the registry as

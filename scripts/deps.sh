@@ -22,6 +22,8 @@ done
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v umoci >/dev/null || need+=(umoci)
+# skopeo inspects what strata push wrote (integration/push_test.go).
+command -v skopeo >/dev/null || need+=(skopeo)
 # The MCP Inspector (TestMCPInspector), installed by make mcp-inspector.
 command -v npm >/dev/null || need+=(npm)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench

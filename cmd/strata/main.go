@@ -161,6 +161,7 @@ func newApp(e *env) *cli.App {
 	app.Commands = append(app.Commands, wsCommand(e), execCommand(e), shellCommand(e))
 	app.Commands = append(app.Commands, changeCommands(e)...)
 	app.Commands = append(app.Commands, runCommand(e), batchCommand(e))
+	app.Commands = append(app.Commands, shareCommands(e)...)
 	app.Commands = append(app.Commands, doctorCommand(e), versionCommand(e), completionCommand(e), mcpCommand(e))
 	for _, extra := range extraCommands {
 		app.Commands = append(app.Commands, extra(e))

@@ -131,6 +131,8 @@ func batchCommand(e *env) *cli.Command {
 			&cli.IntFlag{Name: "parallel", Aliases: []string{"j"}, Value: 1, Usage: "jobs at once"},
 			&cli.StringFlag{Name: "out", Usage: "append results to FILE.jsonl; jobs already in it are skipped (default: stdout)"},
 			&cli.StringFlag{Name: "output", Usage: "keep each job's stdout and stderr under DIR/ID/"},
+			&cli.StringFlag{Name: "shard", Usage: "run one shard: K/N runs the jobs whose 0-based index is K mod N; auto reads $JOB_COMPLETION_INDEX (with --shards N) or $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT"},
+			&cli.IntFlag{Name: "shards", Usage: "with --shard auto under a Kubernetes Indexed Job: the number of shards (the job's completions)"},
 			subIDsFlag(),
 		),
 		Action: func(c *cli.Context) error {
@@ -139,6 +141,13 @@ func batchCommand(e *env) *cli.Command {
 			}
 			if err := enterSubIDs(c); err != nil {
 				return err
+			}
+			var shard, shards int
+			if c.IsSet("shard") || c.IsSet("shards") {
+				var err error
+				if shard, shards, err = strata.ParseShard(c.String("shard"), c.Int("shards"), os.Getenv); err != nil {
+					return usagef("%v", err)
+				}
 			}
 			sb, err := sandboxOptions(e, c)
 			if err != nil {
@@ -153,13 +162,16 @@ func batchCommand(e *env) *cli.Command {
 			sum, err := r.Batch(c.Context, c.Args().First(), e.stdout, strata.BatchOptions{
 				Parallel: c.Int("parallel"), Out: c.String("out"), Output: c.String("output"), Sandbox: sb, SubIDs: c.Bool("subids"),
 				Progress: func(done, total int) { p.update("batch", int64(done), int64(total), false) },
-				Kind:     kindOf,
+				Kind:     kindOf, Shard: shard, Shards: shards,
 			})
 			p.done()
 			if err != nil {
 				return err
 			}
 			if !e.quiet && c.String("out") != "" {
+				if sum.Shard != "" {
+					fmt.Fprintf(e.stderr, "shard %s: ", sum.Shard)
+				}
 				fmt.Fprintf(e.stderr, "batch: %s: %d run (%d passed, %d failed, %d timed out, %s), %d already done, in %s\n",
 					count(sum.Jobs, "job", "jobs"), sum.Ran, sum.Passed, sum.Failed, sum.TimedOut, count(sum.Errors, "error", "errors"), sum.Skipped, time.Duration(sum.Duration).Round(time.Millisecond))
 			}

@@ -1,0 +1,362 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stratafs/strata/image"
+	"github.com/stratafs/strata/internal/testutil"
+)
+
+// countingProxy sits in front of a registry and counts, from the
+// registry's side of the wire, the body bytes of blob uploads sent to it
+// and which blobs were downloaded from it.
+type countingProxy struct {
+	addr string
+	mu   sync.Mutex
+	up   int64            // request body bytes to /blobs/uploads/
+	got  map[string]int   // blob digest → GETs
+	gotN map[string]int64 // blob digest → response bytes
+}
+
+type countingBody struct {
+	r io.ReadCloser
+	n *int64
+	p *countingProxy
+}
+
+func (b countingBody) Read(q []byte) (int, error) {
+	n, err := b.r.Read(q)
+	b.p.mu.Lock()
+	*b.n += int64(n)
+	b.p.mu.Unlock()
+	return n, err
+}
+func (b countingBody) Close() error { return b.r.Close() }
+
+func startProxy(t *testing.T, reg *registry) *countingProxy {
+	t.Helper()
+	u, _ := url.Parse("http://" + reg.addr)
+	p := &countingProxy{got: map[string]int{}, gotN: map[string]int64{}}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		r := resp.Request
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:") && resp.StatusCode == http.StatusOK {
+			d := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+			p.mu.Lock()
+			p.got[d]++
+			n := p.gotN[d]
+			p.gotN[d] = n
+			p.mu.Unlock()
+			var cnt int64
+			resp.Body = countingBody{r: resp.Body, n: &cnt, p: p}
+			// gotN is updated on Close below
+			resp.Body = closeHook{resp.Body, func() {
+				p.mu.Lock()
+				p.gotN[d] += cnt
+				p.mu.Unlock()
+			}}
+		}
+		return nil
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/blobs/uploads/") && r.Body != nil {
+			r.Body = countingBody{r: r.Body, n: &p.up, p: p}
+		}
+		rp.ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln) //nolint:errcheck // closed by cleanup
+	t.Cleanup(func() { srv.Close() })
+	p.addr = ln.Addr().String()
+	return p
+}
+
+type closeHook struct {
+	io.ReadCloser
+	fn func()
+}
+
+func (c closeHook) Close() error { err := c.ReadCloser.Close(); c.fn(); return err }
+
+func (p *countingProxy) uploaded() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.up
+}
+
+// downloads returns the blobs downloaded since the last call.
+func (p *countingProxy) downloads() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.gotN
+	p.got, p.gotN = map[string]int{}, map[string]int64{}
+	return out
+}
+
+// blobs lists the registry's stored blobs and their sizes.
+func (r *registry) blobs(t *testing.T) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	root := filepath.Join(r.data, "docker", "registry", "v2", "blobs", "sha256")
+	_ = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Name() == "data" && fi.Mode().IsRegular() {
+			out["sha256:"+filepath.Base(filepath.Dir(p))] = fi.Size()
+		}
+		return nil
+	})
+	return out
+}
+
+// TestPushPull: strata push to a real registry (docker-registry on
+// 127.0.0.1, behind a proxy that counts bytes from its side) and strata
+// pull into other stores.
+func TestPushPull(t *testing.T) {
+	imgs := testImages(t)
+	reg := startRegistry(t)
+	px := startProxy(t, reg)
+	repo := px.addr + "/strata/snap"
+	h1 := newHome(t)
+	env := importImage(h1, "oci:"+filepath.Join(imgs, "oci")+":env", "-b", "env")
+
+	var p1 image.PushResult
+	h1.okJSON(&p1, "push", "env", "docker://"+repo+":env", "--tls-verify=false")
+	if len(p1.Layers) != len(env.Layers) || p1.Tree != env.Tree {
+		t.Fatalf("push env: %+v, want %d layers, tree %s", p1, len(env.Layers), env.Tree.Short())
+	}
+	if px.uploaded() == 0 || p1.Uploaded == 0 {
+		t.Fatalf("first push uploaded nothing (proxy %d, strata %d)", px.uploaded(), p1.Uploaded)
+	}
+
+	// The same commit again: no blob is sent.
+	before := px.uploaded()
+	var p2 image.PushResult
+	h1.okJSON(&p2, "push", "env", "docker://"+repo+":env-again", "--tls-verify=false")
+	if d := px.uploaded() - before; d != 0 || p2.Digest != p1.Digest {
+		t.Errorf("second push of an unchanged commit: %d blob bytes uploaded, digest %s (first %s); want 0 and the same", d, p2.Digest, p1.Digest)
+	}
+
+	// A one-file commit on it: one small layer (and the config) reach
+	// the registry.
+	h1.ok("ws", "create", "w", "--from", "env")
+	h1.ok("exec", "w", "--", "sh", "-c", "echo pushed > pushed.txt")
+	h1.ok("commit", "w", "-m", "one file")
+	blobsBefore := reg.blobs(t)
+	before = px.uploaded()
+	var p3 image.PushResult
+	h1.okJSON(&p3, "push", "ws/w", "docker://"+repo+":one", "--tls-verify=false")
+	if len(p3.Layers) != len(p1.Layers)+1 {
+		t.Fatalf("push ws/w: %d layers, want %d", len(p3.Layers), len(p1.Layers)+1)
+	}
+	top := p3.Layers[len(p3.Layers)-1]
+	var added []string
+	var addedBytes int64
+	for d, n := range reg.blobs(t) {
+		if _, ok := blobsBefore[d]; !ok {
+			added = append(added, d)
+			addedBytes += n
+		}
+	}
+	sent := px.uploaded() - before
+	// New in the registry: the layer, the config, the manifest (stored
+	// as a blob too); sent as blob uploads: the layer and the config.
+	if len(added) != 3 || reg.blobs(t)[top.Digest] != top.Size || top.Size > 4096 {
+		t.Errorf("one-file push: new blobs %v (%d bytes), top layer %s of %d bytes; want it, the config and the manifest, a layer under 4 KiB", added, addedBytes, top.Digest, top.Size)
+	}
+	if sent <= top.Size || sent > top.Size+8192 {
+		t.Errorf("one-file push: %d bytes uploaded, want the %d-byte layer and a config", sent, top.Size)
+	}
+	if p3.Uploaded != top.Size {
+		t.Errorf("push reports %d layer bytes uploaded, want the %d-byte layer (the registry received %d in all)", p3.Uploaded, top.Size, sent)
+	}
+	var wtree struct {
+		Commit struct {
+			Tree string `json:"tree"`
+		} `json:"commit"`
+	}
+	h1.okJSON(&wtree, "show", "ws/w")
+	if wtree.Commit.Tree != p3.Tree.String() {
+		t.Errorf("pushed tree %s, ws/w's %s", p3.Tree, wtree.Commit.Tree)
+	}
+
+	// skopeo sees a standard image with the strata labels and the base.
+	out, err := exec.Command(testutil.LookPath(t, "skopeo"), "inspect", "--tls-verify=false", "docker://"+repo+":one").Output()
+	if err != nil {
+		t.Fatalf("skopeo inspect: %v", err)
+	}
+	var ins struct {
+		Layers []string
+		Labels map[string]string
+		Env    []string
+	}
+	if err := json.Unmarshal(out, &ins); err != nil {
+		t.Fatal(err)
+	}
+	if len(ins.Layers) != len(p3.Layers) || ins.Labels[image.LabelTree] != p3.Tree.String() || ins.Labels["org.strata.test"] == "" {
+		t.Errorf("skopeo inspect: %s", out)
+	}
+	raw, err := exec.Command(testutil.LookPath(t, "skopeo"), "inspect", "--raw", "--tls-verify=false", "docker://"+repo+":one").Output()
+	if err != nil {
+		t.Fatalf("skopeo inspect --raw: %v", err)
+	}
+	if !strings.Contains(string(raw), image.AnnotationBaseDigest) || !strings.Contains(string(raw), env.Config.Digest) {
+		t.Errorf("manifest has no %s naming %s: %s", image.AnnotationBaseDigest, env.Config.Digest, raw)
+	}
+
+	// A store with the base: pulling the one-file snapshot downloads
+	// only its new layer (and the config).
+	h2 := newHome(t)
+	var b2 image.Result
+	h2.okJSON(&b2, "pull", "docker://"+repo+":env", "-b", "env", "--tls-verify=false")
+	if b2.Tree != env.Tree {
+		t.Errorf("pulled env tree %s, pushed %s", b2.Tree.Short(), env.Tree.Short())
+	}
+	px.downloads()
+	var r2 image.Result
+	h2.okJSON(&r2, "pull", "docker://"+repo+":one", "-b", "one", "--tls-verify=false")
+	if r2.Tree != p3.Tree {
+		t.Fatalf("pulled tree %s, pushed %s", r2.Tree.Short(), p3.Tree.Short())
+	}
+	dl := px.downloads()
+	for _, l := range p3.Layers[:len(p3.Layers)-1] {
+		if _, ok := dl[l.Digest]; ok {
+			t.Errorf("pull with the base present downloaded base layer %s", l.Digest)
+		}
+	}
+	if n, ok := dl[top.Digest]; !ok || n != top.Size {
+		t.Errorf("pull downloaded %v; want the new layer %s (%d bytes)", dl, top.Digest, top.Size)
+	}
+	for i, l := range r2.Layers {
+		if want := i < len(r2.Layers)-1; l.Reused != want {
+			t.Errorf("pull layer %d: reused %v, want %v", i, l.Reused, want)
+		}
+	}
+
+	// An empty store: the same tree, the same files, usable at once; and
+	// its push of what it pulled has the same digests, so sends nothing.
+	h3 := newHome(t)
+	var r3 image.Result
+	h3.okJSON(&r3, "pull", "docker://"+repo+":one", "-b", "one", "--tls-verify=false")
+	if r3.Tree != p3.Tree {
+		t.Fatalf("pulled into an empty store: tree %s, pushed %s", r3.Tree.Short(), p3.Tree.Short())
+	}
+	e1, e3 := filepath.Join(t.TempDir(), "e1"), filepath.Join(t.TempDir(), "e3")
+	h1.ok("export", "ws/w", e1)
+	h3.ok("export", "one", e3)
+	compareTrees(t, "export of the pulled commit", scanTree(t, e1), scanTree(t, e3))
+	h3.ok("ws", "create", "x", "--from", "one")
+	if got := h3.ok("exec", "x", "--", "cat", "pushed.txt").stdout; got != "pushed\n" {
+		t.Errorf("pulled workspace: pushed.txt holds %q", got)
+	}
+	before = px.uploaded()
+	var p4 image.PushResult
+	h3.okJSON(&p4, "push", "one", "docker://"+repo+":from-h3", "--tls-verify=false")
+	for i := range p3.Layers {
+		if i >= len(p4.Layers) || p4.Layers[i].Digest != p3.Layers[i].Digest {
+			t.Fatalf("push from a second store: layers %+v, first store's %+v", p4.Layers, p3.Layers)
+		}
+	}
+	if len(p4.Layers) != len(p3.Layers) {
+		t.Errorf("push from a second store: %d layers, want %d", len(p4.Layers), len(p3.Layers))
+	}
+	if d := px.uploaded() - before; d > 8192 {
+		t.Errorf("push from a second store uploaded %d blob bytes; want only a config", d)
+	}
+	h1.fsckClean()
+	h2.fsckClean()
+	h3.fsckClean()
+}
+
+// TestBatchShards: two stores stand in for two machines. Each pulls the
+// environment from a registry and runs one of two shards of a 40-job
+// batch (one by K/N, one by --shard auto under Slurm's variables);
+// batch-merge finds all 40 exactly once, and refuses a set with a shard
+// missing or given twice.
+func TestBatchShards(t *testing.T) {
+	reg := startRegistry(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "task.txt"), []byte("env-ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h0 := newHome(t)
+	h0.ok("import", src, "-b", "main")
+	h0.ok("push", "main", reg.addr+"/strata/env:v1", "--tls-verify=false")
+
+	dir := t.TempDir()
+	var jobs strings.Builder
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&jobs, `{"id":"job-%02d","from":"env","cmd":["sh","-c","cat task.txt"]}`+"\n", i)
+	}
+	jobsFile := filepath.Join(dir, "jobs.jsonl")
+	if err := os.WriteFile(jobsFile, []byte(jobs.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outs := []string{filepath.Join(dir, "shard0.jsonl"), filepath.Join(dir, "shard1.jsonl")}
+	for k, out := range outs {
+		h := newHome(t)
+		h.ok("pull", reg.addr+"/strata/env:v1", "-b", "env", "--tls-verify=false")
+		args := []string{"batch", jobsFile, "--out", out, "-j", "2"}
+		if k == 0 {
+			args = append(args, "--shard", "0/2")
+		} else {
+			args = append(args, "--shard", "auto")
+			h.env = append(h.env, "SLURM_ARRAY_TASK_ID=1", "SLURM_ARRAY_TASK_COUNT=2")
+		}
+		h.ok(args...)
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 20 {
+			t.Fatalf("shard %d: %d results, want 20", k, len(lines))
+		}
+		for _, l := range lines {
+			var r struct {
+				ID         string `json:"id"`
+				Index      int    `json:"index"`
+				Shard      string `json:"shard"`
+				ExitCode   int    `json:"exit_code"`
+				StdoutTail string `json:"stdout_tail"`
+			}
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Shard != fmt.Sprintf("%d/2", k) || (r.Index-1)%2 != k || r.ExitCode != 0 || r.StdoutTail != "env-ok\n" {
+				t.Errorf("shard %d: result %s", k, l)
+			}
+		}
+	}
+	merged := h0.ok("batch-merge", "--jobs", jobsFile, outs[0], outs[1])
+	if n := strings.Count(merged.stdout, "\n"); n != 40 {
+		t.Errorf("batch-merge: %d lines, want 40", n)
+	}
+	if !strings.HasPrefix(merged.stdout, `{"id":"job-00"`) {
+		t.Errorf("batch-merge: not in job order: %.80s", merged.stdout)
+	}
+	r := h0.fails(1, "batch-merge", "--jobs", jobsFile, outs[0])
+	if !strings.Contains(r.stderr, "missing 20") || !strings.Contains(r.stderr, "job-01") {
+		t.Errorf("batch-merge with a shard missing: %s", r)
+	}
+	r = h0.fails(1, "batch-merge", "--jobs", jobsFile, outs[0], outs[1], outs[1])
+	if !strings.Contains(r.stderr, "duplicate 20") {
+		t.Errorf("batch-merge with a shard twice: %s", r)
+	}
+}
