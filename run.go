@@ -618,13 +618,33 @@ func (r *Repo) sweepDeletedStores() {
 		if err != nil || d == r.tmpfsRoot() {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(string(home), dbName)); !errors.Is(err, fs.ErrNotExist) {
+		if !missingWithin(filepath.Join(string(home), dbName), time.Second) {
 			continue
 		}
 		if recentlyChanged(d, 2*time.Second) || recentlyChanged(filepath.Join(d, runsDir), 2*time.Second) {
 			continue
 		}
 		_ = removeAll(d)
+	}
+}
+
+// missingWithin reports whether p does not exist, as a stat answers
+// within d. Another store's home may sit on a filesystem that no longer
+// answers (a hung NFS or FUSE mount): its stat would block this command
+// for good, so after d the store is taken as present and left alone.
+func missingWithin(p string, d time.Duration) bool {
+	answer := make(chan bool, 1)
+	go func() {
+		_, err := os.Stat(p)
+		answer <- errors.Is(err, fs.ErrNotExist)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case missing := <-answer:
+		return missing
+	case <-t.C:
+		return false
 	}
 }
 

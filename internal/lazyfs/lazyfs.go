@@ -24,7 +24,9 @@ package lazyfs
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -109,7 +111,30 @@ func Mount(backing, mnt string) (*FS, error) {
 		return nil, fmt.Errorf("mount lazyfs at %s: %w", mnt, err)
 	}
 	l.server = srv
+	closeFuseOnExec()
 	return l, nil
+}
+
+// closeFuseOnExec marks this process's /dev/fuse descriptors close-on-exec.
+// go-fuse's direct mount opens /dev/fuse without O_CLOEXEC, so every
+// program the test starts (strata, its keepers) would inherit the FUSE
+// connection: when the test process dies, a surviving keeper keeps the
+// connection open, the kernel never aborts it, and everything touching
+// the mount — any stat of it, by any process — hangs for good.
+func closeFuseOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if t, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && t == "/dev/fuse" {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // Unmount unmounts the filesystem. Unsynced writes stay in the backing
