@@ -65,6 +65,8 @@ type plHarness struct {
 	// wsChecks counts workspace checks after power losses; wsBaseBehind
 	// counts workspaces whose base was not their branch's head.
 	wsChecks, wsBaseBehind int
+	// wsRecovered counts interrupted creations that left no workspace.
+	wsRecovered int
 }
 
 func (p *plHarness) mount() {
@@ -375,6 +377,19 @@ func (p *plHarness) checkWorkspaces(op plOp, ok bool, branches map[string]string
 	if op.kind == "wscreate" && !ok {
 		if w, found := listed[op.ws]; found {
 			p.ws[op.ws] = w.upper // the creation went through
+		} else {
+			// Absent, as it may be; what the crash left of it (its
+			// directory, the branch) is cleared as ws create's refusal
+			// says, so that a later trial creates it again.
+			p.wsRecovered++
+			if out, okr := p.strata("ws", "rm", "--force", op.ws); !okr && !strings.Contains(out, "no workspace") {
+				t.Errorf("trial %d: ws rm --force %s after an interrupted creation: %s", p.n, op.ws, out)
+			}
+			if h, found := p.branches()[op.branch]; found {
+				p.heads[op.branch] = h
+			} else {
+				delete(p.heads, op.branch)
+			}
 		}
 	}
 	for name := range p.ws {
@@ -497,7 +512,7 @@ func TestPowerLoss(t *testing.T) {
 		t.Errorf("%d of %d trials interrupted, %d acknowledged: too few to show anything", total[1], trials, total[2])
 	}
 	t.Logf("acknowledged though the crash point fell inside them (after their commit point): %d", p.lateCrash)
-	t.Logf("workspaces checked after power losses %d (base present with its tree, diff works, the last committed edit in the base or the diff); base not at the branch head %d", p.wsChecks, p.wsBaseBehind)
+	t.Logf("workspaces checked after power losses %d (base present with its tree, diff works, the last committed edit in the base or the diff); base not at the branch head %d; interrupted creations that left none %d", p.wsChecks, p.wsBaseBehind, p.wsRecovered)
 	t.Logf("total    trials %4d  crashed mid-operation %4d  acknowledged %4d; acknowledged commits present %d (and %d unreachable ones left to gc --prune 0s); fsck clean after every power loss",
 		total[0], total[1], total[2], len(p.acked), p.collected)
 }
