@@ -3,6 +3,7 @@ package strata
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
@@ -179,8 +180,15 @@ func (r *Repo) FileChanges(ctx context.Context, changes []snapshot.Change, count
 			fc.New = &e
 		}
 		if counts {
-			// Binary is decided by the first 8000 bytes: a binary file
-			// (a 2 GiB sparse image) is not read further.
+			// A file above BigFileThreshold counts as binary, unread
+			// (git's core.bigFileThreshold). Otherwise binary is decided
+			// by the first 8000 bytes: a binary file (a 2 GiB sparse
+			// image) is not read further.
+			if bigFile(c, oldF, newF, BigFileThreshold) {
+				fc.Binary = true
+				out = append(out, fc)
+				continue
+			}
 			if bin, err := r.binaryHead(ctx, st, c, oldF, newF); err != nil {
 				return nil, err
 			} else if bin {
@@ -286,14 +294,65 @@ func (r *Repo) sides(ctx context.Context, st *store.Store, c snapshot.Change, ol
 	return a, b, nil
 }
 
+// BigFileThreshold is the default size above which a patch shows a file
+// as "Binary files a/X and b/X differ" instead of its content, and --stat
+// counts it as binary without reading it: git's core.bigFileThreshold
+// default. A patch holds a file's content in memory, twice over, and a GIT
+// binary literal of it; above this size the content is only streamed
+// through a hash for the index line.
+const BigFileThreshold int64 = 512 << 20
+
+// PatchOptions tunes WritePatchOptions.
+type PatchOptions struct {
+	// BigFileThreshold: a file larger than this on either side is
+	// summarized. 0 means the package's BigFileThreshold; negative means
+	// none (every file in full, each read whole into memory).
+	BigFileThreshold int64
+}
+
+func (o PatchOptions) threshold() int64 {
+	switch {
+	case o.BigFileThreshold == 0:
+		return BigFileThreshold
+	case o.BigFileThreshold < 0:
+		return -1
+	}
+	return o.BigFileThreshold
+}
+
+// bigFile reports whether either present side of a change is a file above
+// threshold (negative: none is).
+func bigFile(c snapshot.Change, oldF, newF bool, threshold int64) bool {
+	if threshold < 0 {
+		return false
+	}
+	return (oldF && c.Old.Type == store.TypeFile && c.Old.Size > threshold) ||
+		(newF && c.New.Type == store.TypeFile && c.New.Size > threshold)
+}
+
 // WritePatch writes changes as a git-style patch that `git apply` and (for
 // text) `patch -p1` accept: binary files as GIT binary patches, mode
-// changes, symlinks, and file/symlink type changes as delete + add.
+// changes, symlinks, and file/symlink type changes as delete + add. Files
+// above BigFileThreshold are summarized (see WritePatchOptions).
 func (r *Repo) WritePatch(ctx context.Context, w io.Writer, changes []snapshot.Change) error {
+	_, err := r.WritePatchOptions(ctx, w, changes, PatchOptions{})
+	return err
+}
+
+// WritePatchOptions is WritePatch with options. A file above the big-file
+// threshold on either side gets a section that ends "Binary files a/X and
+// b/X differ" after its index line (git's own output for such a file), its
+// content read only to compute the git blob ids, in bounded memory; such a
+// section says the file changed but git apply cannot apply it (apply,
+// export and promote carry the file exactly). It returns the paths so
+// summarized, in patch order.
+func (r *Repo) WritePatchOptions(ctx context.Context, w io.Writer, changes []snapshot.Change, opt PatchOptions) ([]string, error) {
 	st, err := r.db()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	threshold := opt.threshold()
+	var summarized []string
 	for _, c := range changes {
 		oldF := c.Old != nil && isGitFile(c.Old)
 		newF := c.New != nil && isGitFile(c.New)
@@ -303,11 +362,21 @@ func (r *Repo) WritePatch(ctx context.Context, w io.Writer, changes []snapshot.C
 		if oldF && newF && c.Old.Content == c.New.Content && gitMode(c.Old) == gitMode(c.New) && c.Old.Target == c.New.Target {
 			continue
 		}
-		a, b, err := r.sides(ctx, st, c, oldF, newF)
-		if err != nil {
-			return err
+		var p textdiff.FilePatch
+		if bigFile(c, oldF, newF, threshold) {
+			ah, bh, err := r.blobIDs(ctx, st, c, oldF, newF)
+			if err != nil {
+				return summarized, err
+			}
+			p = textdiff.FilePatch{OldPath: c.Path, NewPath: c.Path, OldHash: ah, NewHash: bh, Summary: true}
+			summarized = append(summarized, c.Path)
+		} else {
+			a, b, err := r.sides(ctx, st, c, oldF, newF)
+			if err != nil {
+				return summarized, err
+			}
+			p = textdiff.FilePatch{OldPath: c.Path, NewPath: c.Path, Old: a, New: b}
 		}
-		p := textdiff.FilePatch{OldPath: c.Path, NewPath: c.Path, Old: a, New: b}
 		if oldF {
 			p.OldMode = gitMode(c.Old)
 		}
@@ -320,13 +389,47 @@ func (r *Repo) WritePatch(ctx context.Context, w io.Writer, changes []snapshot.C
 			del.NewMode, del.New = 0, nil
 			add.OldMode, add.Old = 0, nil
 			if err := textdiff.WritePatch(w, del); err != nil {
-				return err
+				return summarized, err
 			}
 			p = add
 		}
 		if err := textdiff.WritePatch(w, p); err != nil {
-			return fmt.Errorf("patch %s: %w", c.Path, err)
+			return summarized, fmt.Errorf("patch %s: %w", c.Path, err)
 		}
 	}
-	return nil
+	return summarized, nil
+}
+
+// blobIDs are the git blob ids of a change's present sides, the content
+// streamed through the hash (a symlink's target hashed as its content).
+func (r *Repo) blobIDs(ctx context.Context, st *store.Store, c snapshot.Change, oldF, newF bool) (string, string, error) {
+	id := func(e *store.TreeEntry) (string, error) {
+		if e.Type == store.TypeSymlink {
+			return textdiff.BlobID([]byte(e.Target)), nil
+		}
+		h := textdiff.NewBlobHash(e.Size)
+		if !e.Content.IsZero() {
+			n, err := st.ReadContentTo(ctx, e.Content, h)
+			if err != nil {
+				return "", fmt.Errorf("diff %s: %w", c.Path, err)
+			}
+			if n != e.Size {
+				return "", fmt.Errorf("diff %s: content is %d bytes, the tree says %d", c.Path, n, e.Size)
+			}
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
+	var a, b string
+	var err error
+	if oldF {
+		if a, err = id(c.Old); err != nil {
+			return "", "", err
+		}
+	}
+	if newF {
+		if b, err = id(c.New); err != nil {
+			return "", "", err
+		}
+	}
+	return a, b, nil
 }

@@ -55,6 +55,20 @@ type plHarness struct {
 	// collected counts acknowledged commits no branch reached any more,
 	// which a gc --prune 0s was free to take.
 	collected int
+	// ws: the workspaces known to exist (acknowledged, or found after an
+	// interrupted creation) → their upper directory.
+	ws map[string]string
+	// edit: per workspace, the last edit written (durably) to its upper
+	// before a commit: after the commit, acknowledged or not, it is in the
+	// workspace's base tree or still in its diff.
+	edit map[string]string
+	// wsChecks counts workspace checks after power losses; wsBaseBehind
+	// counts workspaces whose base was not their branch's head.
+	wsChecks, wsBaseBehind int
+	// wsRecovered counts interrupted creations that left no workspace.
+	wsRecovered int
+	// wsLeftDir counts those whose directory ws rm --force did not remove.
+	wsLeftDir int
 }
 
 func (p *plHarness) mount() {
@@ -123,6 +137,7 @@ type plOp struct {
 	branch string
 	args   []string
 	from   string // branch create: the branch it starts at
+	ws     string // the workspace of wscreate and wscommit
 }
 
 func (p *plHarness) nextOp() plOp {
@@ -143,7 +158,28 @@ func (p *plHarness) nextOp() plOp {
 	if p.heads["main"] == "" {
 		return plOp{kind: "branch", branch: "main", from: "imp", args: []string{"--json", "branch", "create", "--from", "imp", "main"}}
 	}
-	switch k := p.rng.IntN(10); {
+	switch k := p.rng.IntN(12); {
+	case k >= 10:
+		// A workspace: created from imp, then edited (in its upper
+		// directory, as the agent's writes land there; fsynced, so the
+		// edit itself survives) and committed.
+		w := fmt.Sprintf("ws%d", p.rng.IntN(2))
+		upper, ok := p.ws[w]
+		if !ok {
+			return plOp{kind: "wscreate", branch: "ws/" + w, from: "imp", ws: w, args: []string{"--json", "ws", "create", "--from", "imp", w}}
+		}
+		name := fmt.Sprintf("e%d.txt", p.n)
+		f, err := os.Create(filepath.Join(upper, name))
+		if err != nil {
+			p.t.Fatalf("edit of workspace %s: %v", w, err)
+		}
+		fmt.Fprintf(f, "edit %d\n%s", p.n, strings.Repeat("x", p.rng.IntN(100000)))
+		if err := f.Sync(); err != nil {
+			p.t.Fatal(err)
+		}
+		f.Close()
+		p.edit[w] = name
+		return plOp{kind: "wscommit", branch: "ws/" + w, ws: w, args: []string{"--json", "commit", w, "-m", "trial " + strconv.Itoa(p.n)}}
 	case k < 3:
 		return imp()
 	case k < 6:
@@ -228,7 +264,7 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 	if ok {
 		// Acknowledged: what it says it made must survive.
 		switch op.kind {
-		case "import", "commit", "promote":
+		case "import", "commit", "promote", "wscommit":
 			var r struct {
 				Commit string `json:"commit"`
 			}
@@ -238,6 +274,17 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 			}
 			p.acked[r.Commit] = op.kind
 			p.heads[op.branch] = r.Commit
+		case "wscreate":
+			var r struct {
+				Base  string `json:"base"`
+				Upper string `json:"upper"`
+			}
+			json.Unmarshal([]byte(firstLine(out)), &r)
+			if r.Base == "" || r.Upper == "" {
+				t.Fatalf("%v: no base or upper in %q", op.args, out)
+			}
+			p.ws[op.ws] = r.Upper
+			p.heads[op.branch] = r.Base
 		case "branch":
 			if op.args[2] == "delete" {
 				delete(p.heads, op.branch)
@@ -285,7 +332,7 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 		old, now := before[op.branch], got[op.branch]
 		switch {
 		case now == old:
-		case op.kind == "branch" && op.from != "" && now == p.heads[op.from]:
+		case (op.kind == "branch" || op.kind == "wscreate") && op.from != "" && now == p.heads[op.from]:
 		case op.kind == "branch" && now == "": // the delete went through
 		default:
 			if ps, okp := p.parents(now); !okp || (old != "" && !contains(ps, old) && op.kind != "promote") {
@@ -298,7 +345,96 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 			p.heads[op.branch] = now
 		}
 	}
+	p.checkWorkspaces(op, ok, got)
 	return interrupted, ok
+}
+
+// checkWorkspaces checks, after a power loss, every workspace that must
+// exist (its creation acknowledged) or does (an interrupted creation that
+// went through): ws list shows it, its base commit is present with its
+// tree, strata diff works on it, and the last edit committed from it is in
+// its base tree or still in its diff. A workspace whose creation was
+// interrupted may be absent.
+func (p *plHarness) checkWorkspaces(op plOp, ok bool, branches map[string]string) {
+	t := p.t
+	t.Helper()
+	out, lok := p.strata("--json", "ws", "list")
+	if !lok {
+		t.Errorf("trial %d (%s): ws list after the power loss: %s", p.n, op.kind, out)
+		return
+	}
+	listed := map[string]struct{ base, upper string }{}
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var w struct {
+			Name  string `json:"name"`
+			Base  string `json:"base"`
+			Upper string `json:"upper"`
+		}
+		if err := dec.Decode(&w); err != nil {
+			t.Fatalf("ws list: %v in %q", err, out)
+		}
+		listed[w.Name] = struct{ base, upper string }{w.Base, w.Upper}
+	}
+	if op.kind == "wscreate" && !ok {
+		if w, found := listed[op.ws]; found {
+			p.ws[op.ws] = w.upper // the creation went through
+		} else {
+			// Absent, as it may be; what the crash left of it (its
+			// directory, the branch) is cleared as ws create's refusal
+			// says, so that a later trial creates it again.
+			p.wsRecovered++
+			if out, okr := p.strata("ws", "rm", "--force", op.ws); !okr {
+				if !strings.Contains(out, "not found") {
+					t.Errorf("trial %d: ws rm --force %s after an interrupted creation: %s", p.n, op.ws, out)
+				}
+				// Not in the registry, ws rm leaves the directory that
+				// ws create then refuses (the advice does not work yet:
+				// a workspace-lifecycle fix). Remove that directory.
+				p.wsLeftDir++
+				if err := os.RemoveAll(filepath.Join(p.h.dir, "workspaces", op.ws)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if h, found := p.branches()[op.branch]; found {
+				p.heads[op.branch] = h
+			} else {
+				delete(p.heads, op.branch)
+			}
+		}
+	}
+	for name := range p.ws {
+		w, found := listed[name]
+		if !found {
+			t.Errorf("trial %d (%s): workspace %s, acknowledged, is not in ws list:\n%s", p.n, op.kind, name, out)
+			continue
+		}
+		p.wsChecks++
+		if _, okp := p.parents(w.base); !okp {
+			t.Errorf("trial %d (%s): workspace %s's base commit %q is gone", p.n, op.kind, name, w.base)
+			continue
+		}
+		if out, okt := p.strata("--json", "show", w.base+":"); !okt {
+			t.Errorf("trial %d (%s): the tree of workspace %s's base %s: %s", p.n, op.kind, name, w.base, out)
+		}
+		if branches["ws/"+name] != w.base {
+			p.wsBaseBehind++
+		}
+		diff, okd := p.strata("diff", "--name-status", name)
+		if !okd {
+			t.Errorf("trial %d (%s): diff %s after the power loss: %s", p.n, op.kind, name, diff)
+			continue
+		}
+		if e := p.edit[name]; e != "" {
+			_, inBase := p.strata("show", w.base+":"+e)
+			if !inBase && !strings.Contains(diff, "A\t"+e+"\n") {
+				t.Errorf("trial %d (%s): workspace %s's edit %s is neither in its base %s nor in its diff:\n%s", p.n, op.kind, name, e, w.base, diff)
+			}
+			if op.kind == "wscommit" && op.ws == name && ok && !inBase {
+				t.Errorf("trial %d: the acknowledged commit of workspace %s: its edit %s is not in the base %s", p.n, name, e, w.base)
+			}
+		}
+	}
 }
 
 func firstLine(s string) string {
@@ -338,7 +474,8 @@ func TestPowerLoss(t *testing.T) {
 	dir := t.TempDir()
 	p := &plHarness{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt"),
 		src: filepath.Join(dir, "src"), rng: rand.New(rand.NewPCG(seed, 18)),
-		acked: map[string]string{}, heads: map[string]string{}, opLen: map[string]int64{}}
+		acked: map[string]string{}, heads: map[string]string{}, opLen: map[string]int64{},
+		ws: map[string]string{}, edit: map[string]string{}}
 	for _, d := range []string{p.backing, p.mnt, p.src} {
 		os.MkdirAll(d, 0o755)
 	}
@@ -386,6 +523,7 @@ func TestPowerLoss(t *testing.T) {
 		t.Errorf("%d of %d trials interrupted, %d acknowledged: too few to show anything", total[1], trials, total[2])
 	}
 	t.Logf("acknowledged though the crash point fell inside them (after their commit point): %d", p.lateCrash)
+	t.Logf("workspaces checked after power losses %d (base present with its tree, diff works, the last committed edit in the base or the diff); base not at the branch head %d; interrupted creations that left none %d (%d left its directory, which ws rm --force did not remove)", p.wsChecks, p.wsBaseBehind, p.wsRecovered, p.wsLeftDir)
 	t.Logf("total    trials %4d  crashed mid-operation %4d  acknowledged %4d; acknowledged commits present %d (and %d unreachable ones left to gc --prune 0s); fsck clean after every power loss",
 		total[0], total[1], total[2], len(p.acked), p.collected)
 }

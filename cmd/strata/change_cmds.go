@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/urfave/cli/v2"
 
 	"github.com/stratafs/strata"
@@ -22,6 +23,7 @@ func changeCommands(e *env) []*cli.Command {
 				&cli.BoolFlag{Name: "stat", Usage: "per-file line counts, as git diff --stat"},
 				&cli.BoolFlag{Name: "name-status", Usage: "one line per path: A, D, M or T and the path"},
 				&cli.BoolFlag{Name: "patch", Aliases: []string{"p"}, DefaultText: "on unless --stat or --name-status", Usage: "a git-style patch that git apply accepts"},
+				&cli.StringFlag{Name: "big-file-threshold", Value: "512MiB", Usage: "a patch shows files above `SIZE` as \"Binary files ... differ\", unread but for their hash (git's core.bigFileThreshold); \"none\" puts every file in full, each read whole into memory"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
@@ -36,6 +38,14 @@ func changeCommands(e *env) []*cli.Command {
 				if n > 1 {
 					return usagef("--stat, --name-status and --patch exclude each other")
 				}
+				var opt strata.PatchOptions
+				if v := c.String("big-file-threshold"); v == "none" {
+					opt.BigFileThreshold = -1
+				} else if b, err := humanize.ParseBytes(v); err != nil || b == 0 || b > 1<<62 {
+					return usagef("--big-file-threshold %q: want a size (512MiB, 2GB) or none", v)
+				} else {
+					opt.BigFileThreshold = int64(b)
+				}
 				r, err := e.open(strata.OpenOptions{})
 				if err != nil {
 					return err
@@ -46,7 +56,11 @@ func changeCommands(e *env) []*cli.Command {
 					return err
 				}
 				if c.Bool("patch") || (n == 0 && !e.json) {
-					return r.WritePatch(c.Context, e.stdout, changes)
+					big, err := r.WritePatchOptions(c.Context, e.stdout, changes, opt)
+					for _, p := range big {
+						e.warn(p, "above the big-file threshold ("+c.String("big-file-threshold")+"): shown as \"Binary files ... differ\", which git apply cannot apply; strata apply, export and promote carry it exactly; --big-file-threshold none (or a larger SIZE) puts it in the patch in full, read whole into memory")
+					}
+					return err
 				}
 				files, err := r.FileChanges(c.Context, changes, c.Bool("stat") || e.json)
 				if err != nil {

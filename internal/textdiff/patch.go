@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strconv"
 	"strings"
@@ -53,6 +54,14 @@ type FilePatch struct {
 	// repository) is used as given, anything shorter is replaced by the
 	// computed SHA-1 id.
 	OldHash, NewHash string
+	// Summary leaves the contents out, as git does for a file above
+	// core.bigFileThreshold: the section ends with "Binary files a/X and
+	// b/X differ" after the index line, Old and New are not read, and
+	// OldHash and NewHash (required for each present side; see
+	// NewBlobHash) are abbreviated to 7 digits. git apply refuses such a
+	// section (it cannot rebuild the content); it says that the file
+	// changed.
+	Summary bool
 }
 
 // side is one present side of a file patch.
@@ -81,6 +90,9 @@ func WritePatchContext(w io.Writer, p FilePatch, context int) error {
 		if err := checkPath(p.OldPath); err != nil {
 			return err
 		}
+		if p.Summary && p.OldHash == "" {
+			return fmt.Errorf("textdiff: %s: a summary needs OldHash", QuotePath(p.OldPath))
+		}
 		oldSide = &side{path: p.OldPath, mode: m, data: p.Old, hash: p.OldHash}
 	}
 	if p.NewMode != 0 {
@@ -90,6 +102,9 @@ func WritePatchContext(w io.Writer, p FilePatch, context int) error {
 		}
 		if err := checkPath(p.NewPath); err != nil {
 			return err
+		}
+		if p.Summary && p.NewHash == "" {
+			return fmt.Errorf("textdiff: %s: a summary needs NewHash", QuotePath(p.NewPath))
 		}
 		newSide = &side{path: p.NewPath, mode: m, data: p.New, hash: p.NewHash}
 	}
@@ -102,18 +117,26 @@ func WritePatchContext(w io.Writer, p FilePatch, context int) error {
 		// creation (diff.c run_diff: "a filepair that changes between
 		// file and symlink needs to be split into deletion and
 		// creation").
-		writeSection(bw, oldSide, nil, context)
-		writeSection(bw, nil, newSide, context)
+		writeSection(bw, oldSide, nil, context, p.Summary)
+		writeSection(bw, nil, newSide, context, p.Summary)
 	default:
-		writeSection(bw, oldSide, newSide, context)
+		writeSection(bw, oldSide, newSide, context, p.Summary)
 	}
 	return bw.Flush()
 }
 
 // writeSection writes one "diff --git" section; old or new is nil for a
 // creation or deletion. The order of header lines is diff.c builtin_diff's
-// and fill_metainfo's.
-func writeSection(w *bufio.Writer, oldSide, newSide *side, context int) {
+// and fill_metainfo's. A summary section compares the sides' hashes, not
+// their data, and writes no body.
+func writeSection(w *bufio.Writer, oldSide, newSide *side, context int, summary bool) {
+	if summary {
+		for _, s := range []*side{oldSide, newSide} {
+			if s != nil {
+				s.data = nil
+			}
+		}
+	}
 	var oldData, newData []byte
 	oldName, newName := "", ""
 	if oldSide != nil {
@@ -129,6 +152,9 @@ func writeSection(w *bufio.Writer, oldSide, newSide *side, context int) {
 		newName = oldName
 	}
 	sameData := oldSide != nil && newSide != nil && bytes.Equal(oldData, newData)
+	if summary {
+		sameData = oldSide != nil && newSide != nil && strings.EqualFold(oldSide.hash, newSide.hash)
+	}
 	if sameData && oldName == newName && oldSide.mode == newSide.mode {
 		return
 	}
@@ -157,13 +183,31 @@ func writeSection(w *bufio.Writer, oldSide, newSide *side, context int) {
 		return // a mode change or a pure rename: no index line, no body
 	}
 
-	oldID, newID := objectIDs(oldSide, newSide, binary)
+	var oldID, newID string
+	if summary {
+		oldID, newID = summaryIDs(oldSide, newSide)
+	} else {
+		oldID, newID = objectIDs(oldSide, newSide, binary)
+	}
 	fmt.Fprintf(w, "index %s..%s", oldID, newID)
 	if oldSide != nil && newSide != nil && oldSide.mode == newSide.mode {
 		fmt.Fprintf(w, " %06o", oldSide.mode)
 	}
 	w.WriteByte('\n')
 
+	if summary {
+		// diff.c builtin_diff without --binary: "Binary files %s and %s
+		// differ", an absent side named /dev/null.
+		a, b := "/dev/null", "/dev/null"
+		if oldSide != nil {
+			a = QuotePath("a/" + oldName)
+		}
+		if newSide != nil {
+			b = QuotePath("b/" + newName)
+		}
+		fmt.Fprintf(w, "Binary files %s and %s differ\n", a, b)
+		return
+	}
 	if binary {
 		// diff.c emit_binary_diff: the forward block, then the reverse
 		// one, so that the patch also applies with -R.
@@ -242,6 +286,27 @@ func isFullID(s string) bool {
 	}
 	_, err := hex.DecodeString(s)
 	return err == nil
+}
+
+// summaryIDs are the index line's ids of a summary section: the given
+// hashes abbreviated as git diff abbreviates them, zeros for an absent side.
+func summaryIDs(oldSide, newSide *side) (string, string) {
+	abbrev := func(s *side) string {
+		if s == nil {
+			return strings.Repeat("0", defaultAbbrev)
+		}
+		return strings.ToLower(s.hash[:min(len(s.hash), defaultAbbrev)])
+	}
+	return abbrev(oldSide), abbrev(newSide)
+}
+
+// NewBlobHash returns a hash that, fed exactly size bytes of content,
+// sums to git's SHA-1 blob id of it (hex-encode the Sum): BlobID for
+// content streamed rather than held in memory.
+func NewBlobHash(size int64) hash.Hash {
+	h := sha1.New()
+	h.Write([]byte("blob " + strconv.FormatInt(size, 10) + "\x00"))
+	return h
 }
 
 // BlobID returns git's SHA-1 object id of a blob with content data: the hash

@@ -290,3 +290,53 @@ func TestIsBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestWritePatchSummary pins a summary section against git 2.39's
+// `git -c core.bigFileThreshold=10 diff` of the same change, with the
+// hashes streamed through NewBlobHash.
+func TestWritePatchSummary(t *testing.T) {
+	id := func(s string) string {
+		h := NewBlobHash(int64(len(s)))
+		io.WriteString(h, s)
+		return fmt.Sprintf("%x", h.Sum(nil))
+	}
+	if got, want := id("hello world, big\n"), BlobID([]byte("hello world, big\n")); got != want {
+		t.Fatalf("NewBlobHash: %s; BlobID %s", got, want)
+	}
+	tests := []struct {
+		name string
+		p    FilePatch
+		want string
+	}{
+		{"modified, mode changed",
+			FilePatch{OldPath: "big", NewPath: "big", OldMode: ModeFile, NewMode: ModeExec, OldHash: id("hello world, big\n"), NewHash: id("hello world, bigger\n"), Summary: true},
+			"diff --git a/big b/big\nold mode 100644\nnew mode 100755\nindex 36498cd..36e1a64\nBinary files a/big and b/big differ\n"},
+		{"modified, data ignored",
+			FilePatch{OldPath: "big", NewPath: "big", OldMode: ModeFile, NewMode: ModeFile, Old: []byte("x\n"), New: []byte("x\n"), OldHash: id("hello world, big\n"), NewHash: id("hello world, bigger\n"), Summary: true},
+			"diff --git a/big b/big\nindex 36498cd..36e1a64 100644\nBinary files a/big and b/big differ\n"},
+		{"new",
+			FilePatch{NewPath: "new", NewMode: ModeFile, NewHash: id("a new one, big too\n"), Summary: true},
+			"diff --git a/new b/new\nnew file mode 100644\nindex 0000000..d6427b9\nBinary files /dev/null and b/new differ\n"},
+		{"deleted",
+			FilePatch{OldPath: "del", OldMode: ModeFile, OldHash: id("gone gone gone gone\n"), Summary: true},
+			"diff --git a/del b/del\ndeleted file mode 100644\nindex 7c2c2c0..0000000\nBinary files a/del and /dev/null differ\n"},
+		{"same hashes, mode only",
+			FilePatch{OldPath: "m", NewPath: "m", OldMode: ModeFile, NewMode: ModeExec, OldHash: id("m\n"), NewHash: id("m\n"), Summary: true},
+			"diff --git a/m b/m\nold mode 100644\nnew mode 100755\n"},
+		{"unchanged",
+			FilePatch{OldPath: "m", NewPath: "m", OldMode: ModeFile, NewMode: ModeFile, OldHash: id("m\n"), NewHash: id("m\n"), Summary: true}, ""},
+	}
+	for _, tt := range tests {
+		var b strings.Builder
+		if err := WritePatch(&b, tt.p); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if b.String() != tt.want {
+			t.Errorf("%s:\n%s\nwant:\n%s", tt.name, b.String(), tt.want)
+		}
+	}
+	if err := WritePatch(io.Discard, FilePatch{NewPath: "n", NewMode: ModeFile, Summary: true}); err == nil {
+		t.Errorf("a summary without NewHash: no error")
+	}
+}
