@@ -1,6 +1,7 @@
 package strata
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -223,5 +224,39 @@ func TestCleanRunsKeepsUnreadableYoungRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Errorf("the dead run is still there (%v)", err)
+	}
+}
+
+// TestRemoveLeftoverWorkspace: the directory a create killed before it
+// registered the workspace blocks a create of that name; ws rm --force
+// removes it, and without --force the name stays unknown.
+func TestRemoveLeftoverWorkspace(t *testing.T) {
+	r, err := Open(filepath.Join(t.TempDir(), "store"), OpenOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dir := r.wsDir("ghost")
+	if err := os.MkdirAll(filepath.Join(dir, "upper"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.RemoveWorkspace(ctx, "ghost", true); err == nil {
+		t.Fatal("ws rm --force removed a directory changed a moment ago (a create may be finishing)")
+	}
+	old := leftoverAge
+	leftoverAge = 0
+	defer func() { leftoverAge = old }()
+	if err := r.RemoveWorkspace(ctx, "ghost", false); !isNotFound(err) {
+		t.Fatalf("ws rm without --force: %v; want not found", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("ws rm without --force touched the leftover: %v", err)
+	}
+	if err := r.RemoveWorkspace(ctx, "ghost", true); err != nil {
+		t.Fatalf("ws rm --force of a leftover: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the leftover is still there: %v", err)
 	}
 }

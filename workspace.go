@@ -576,13 +576,38 @@ func (r *Repo) StopWorkspace(ctx context.Context, name string) error {
 	return err
 }
 
+// removeLeftover removes the directory of a workspace that was never
+// registered — what a create killed between making its directory and
+// recording it leaves, which blocks a create of the same name — unless
+// it changed in the last ten seconds (a create may be finishing). It
+// reports whether there was one.
+// leftoverAge is how long an unregistered workspace directory stays
+// untouched before ws rm --force takes it for a killed create's.
+var leftoverAge = 10 * time.Second
+
+func (r *Repo) removeLeftover(ctx context.Context, name string) bool {
+	if ValidateWorkspaceName(name) != nil {
+		return false
+	}
+	dir := r.wsDir(name)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || recentlyChanged(dir, leftoverAge) {
+		return false
+	}
+	_ = nsexec.StopKeeper(ctx, dir)
+	return removeAll(dir) == nil
+}
+
 // RemoveWorkspace stops a workspace and deletes it with its uncommitted
 // changes. Without force it refuses when there are any. The workspace's
 // branch is deleted too when strata made it and it gained no commits;
-// otherwise it stays.
+// otherwise it stays. With force, the unregistered directory a killed
+// create left under the name is removed too.
 func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) error {
 	w, x, err := r.loadWorkspace(ctx, name)
 	if err != nil {
+		if force && isNotFound(err) && r.removeLeftover(ctx, name) {
+			return nil
+		}
 		return err
 	}
 	if dirty, _ := r.uncommitted(w, x); !force && dirty {
