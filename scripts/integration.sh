@@ -59,6 +59,11 @@ if [ "$(id -u)" -eq 0 ]; then
   # The user's runtime directory, as a login session has it (the session
   # bus lives there): the view's escape tests put a socket in it.
   rundir=""
+  # An empty one that is not the user's (left by an interrupted run) is
+  # given to the user: a real session's directory is the user's own.
+  if [ -d "/run/user/$uid" ] && [ "$(stat -c %u "/run/user/$uid")" != "$uid" ] && [ -z "$(ls -A "/run/user/$uid")" ]; then
+    chown "$uid:$gid" "/run/user/$uid" && chmod 700 "/run/user/$uid"
+  fi
   if [ ! -e "/run/user/$uid" ]; then
     rundir="/run/user/$uid"
     mkdir -p "$rundir" && chown "$uid:$gid" "$rundir" && chmod 700 "$rundir"
