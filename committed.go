@@ -274,33 +274,8 @@ func (idx *committedIndex) deltaSince(cur *upperState, changes []overlayfs.Chang
 		}
 		out = append(out, snapshot.UpperChange{Path: p, Kind: snapshot.UpperDeleted, UpperPath: upper + "/" + p})
 	}
-	sort.Slice(out, func(i, j int) bool { return comparePaths(out[i].Path, out[j].Path) < 0 })
+	sort.Slice(out, func(i, j int) bool { return overlayfs.ComparePaths(out[i].Path, out[j].Path) < 0 })
 	return out, true
-}
-
-// comparePaths orders paths element by element, "." first: parents
-// before their entries, as overlayfs.Changes reports them.
-func comparePaths(a, b string) int {
-	if a == b {
-		return 0
-	}
-	if a == "." {
-		return -1
-	}
-	if b == "." {
-		return 1
-	}
-	for {
-		ca, ra, _ := strings.Cut(a, "/")
-		cb, rb, _ := strings.Cut(b, "/")
-		if c := strings.Compare(ca, cb); c != 0 {
-			return c
-		}
-		if ra == "" || rb == "" {
-			return strings.Compare(ra, rb)
-		}
-		a, b = ra, rb
-	}
 }
 
 func parentPath(p string) string {

@@ -190,7 +190,7 @@ func ChangesWithin(upper string, lowers []string, flavour Flavour, visit func(re
 	if err := w.root(); err != nil {
 		return nil, fmt.Errorf("overlayfs: changes of %s: %w", upper, err)
 	}
-	slices.SortStableFunc(w.out, func(a, b Change) int { return comparePaths(a.Path, b.Path) })
+	slices.SortStableFunc(w.out, func(a, b Change) int { return ComparePaths(a.Path, b.Path) })
 	return w.out, nil
 }
 
@@ -586,9 +586,9 @@ func sameContent(a, b string) (bool, error) {
 	}
 }
 
-// comparePaths orders slash-separated paths component by component, so a
+// ComparePaths orders slash-separated paths component by component, so a
 // directory comes right before its entries; "." (the root) is first.
-func comparePaths(a, b string) int {
+func ComparePaths(a, b string) int {
 	if a == b {
 		return 0
 	}

@@ -322,7 +322,7 @@ func TestChangesErrors(t *testing.T) {
 
 func TestComparePaths(t *testing.T) {
 	paths := []string{"b", "a/b", ".", "a.b", "a", "a/b/c", "a/a", "\xff", "A", "a\nb"}
-	slices.SortFunc(paths, comparePaths)
+	slices.SortFunc(paths, ComparePaths)
 	want := []string{".", "A", "a", "a/a", "a/b", "a/b/c", "a\nb", "a.b", "b", "\xff"}
 	if !slices.Equal(paths, want) {
 		t.Errorf("sorted = %q\nwant %q", paths, want)
@@ -488,7 +488,7 @@ func FuzzChanges(fz *testing.F) {
 			if !inside(c.UpperPath, upper) || c.LowerPath != "" && !inside(c.LowerPath, lower) {
 				t.Fatalf("%q: upper %q, lower %q outside the layers", c.Path, c.UpperPath, c.LowerPath)
 			}
-			if i > 0 && comparePaths(changes[i-1].Path, c.Path) >= 0 {
+			if i > 0 && ComparePaths(changes[i-1].Path, c.Path) >= 0 {
 				t.Fatalf("not sorted: %q before %q", changes[i-1].Path, c.Path)
 			}
 		}
