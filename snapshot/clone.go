@@ -411,10 +411,19 @@ func (c *cloneSource) fill(rel string, e *store.TreeEntry, dst int) (bool, error
 		return false, err
 	}
 	for _, i := range layers {
-		fd, err := openBeneath(c.roots[i], rel, unix.O_RDONLY)
+		// Only a regular file is opened: in a damaged cache a lower
+		// layer may hold a FIFO (an open would wait for a writer) or a
+		// device (an open can have effects) at this path. O_NONBLOCK
+		// covers one that appears between the two calls.
+		var st unix.Stat_t
+		err := unix.Fstatat(c.roots[i], rel, &st, unix.AT_SYMLINK_NOFOLLOW)
 		if err == unix.ENOENT {
 			continue
 		}
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return c.toStore(e), nil
+		}
+		fd, err := openBeneath(c.roots[i], rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 		if err != nil {
 			// EACCES: a file of mode 0 or write-only, rootless.
 			return c.toStore(e), nil

@@ -183,20 +183,31 @@ func (sc *scanner) dir(fd int, rel string, lo, hi int, added bool, depth int) er
 			sc.next.entries = append(sc.next.entries, statEntry(crel, &st))
 			continue
 		}
-		sub, nst, err := openScanDir(fd, name, &st)
+		sub, restore, err := openScanDir(fd, name, &st)
 		if err != nil {
 			if isVanished(err) {
 				continue
 			}
 			return &fs.PathError{Op: "open", Path: crel, Err: err}
 		}
-		sc.next.entries = append(sc.next.entries, statEntry(crel, nst))
+		sc.next.entries = append(sc.next.entries, statEntry(crel, &st))
 		clo, chi, cadded := 0, 0, true
 		if old != nil && !added && old.mode&unix.S_IFMT == unix.S_IFDIR {
 			clo, chi, cadded = oldAt+1, oldAt+1+old.desc, false
 		}
 		err = sc.dir(sub, crel, clo, chi, cadded, depth+1)
 		unix.Close(sub)
+		if restore != nil {
+			// What the next scan will see: the ctime the restored mode
+			// left.
+			nst, rerr := restore()
+			if err == nil && rerr != nil {
+				err = &fs.PathError{Op: "chmod", Path: crel, Err: rerr}
+			}
+			if rerr == nil {
+				sc.next.entries[at] = statEntry(crel, nst)
+			}
+		}
 		if err != nil {
 			return err
 		}

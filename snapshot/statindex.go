@@ -169,13 +169,22 @@ func (w *recorder) dir(fd int, rel string, depth int) error {
 			w.idx.entries = append(w.idx.entries, statEntry(crel, &st))
 			continue
 		}
-		sub, nst, err := openScanDir(fd, name, &st)
+		sub, restore, err := openScanDir(fd, name, &st)
 		if err != nil {
 			return &fs.PathError{Op: "open", Path: crel, Err: err}
 		}
-		w.idx.entries = append(w.idx.entries, statEntry(crel, nst))
+		w.idx.entries = append(w.idx.entries, statEntry(crel, &st))
 		err = w.dir(sub, crel, depth+1)
 		unix.Close(sub)
+		if restore != nil {
+			nst, rerr := restore()
+			if err == nil && rerr != nil {
+				err = &fs.PathError{Op: "chmod", Path: crel, Err: rerr}
+			}
+			if rerr == nil {
+				w.idx.entries[i] = statEntry(crel, nst)
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -192,32 +201,35 @@ func statEntry(rel string, st *unix.Stat_t) ixEntry {
 }
 
 // openScanDir opens the directory name in parent (stat st) for listing.
-// A directory its owner cannot list (mode 0 or 0200, which a tree may
-// hold) is opened after granting the owner r-x for a moment; its mode is
-// restored and the returned stat is the one after (its ctime moved).
-func openScanDir(parent int, name string, st *unix.Stat_t) (int, *unix.Stat_t, error) {
+// A directory its owner cannot list or search (mode 0 or 0200, which a
+// tree may hold) is opened after granting the owner r-x; restore, not
+// nil then, gives the mode back once the caller is done below it and
+// returns the directory's stat after (its ctime moved).
+func openScanDir(parent int, name string, st *unix.Stat_t) (fd int, restore func() (*unix.Stat_t, error), err error) {
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := unix.Openat(parent, name, flags, 0)
-	if err == nil || err != unix.EACCES || int(st.Uid) != os.Geteuid() {
-		return fd, st, err
+	if st.Mode&0o500 == 0o500 || int(st.Uid) != os.Geteuid() || os.Geteuid() == 0 {
+		fd, err = unix.Openat(parent, name, flags, 0)
+		return fd, nil, err
 	}
 	if err := chmodNoFollow(parent, name, st.Mode&0o7777|0o500); err != nil {
 		return -1, nil, err
 	}
+	restore = func() (*unix.Stat_t, error) {
+		if err := chmodNoFollow(parent, name, st.Mode&0o7777); err != nil {
+			return nil, err
+		}
+		var nst unix.Stat_t
+		if err := unix.Fstatat(parent, name, &nst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return nil, err
+		}
+		return &nst, nil
+	}
 	fd, err = unix.Openat(parent, name, flags, 0)
-	if rerr := chmodNoFollow(parent, name, st.Mode&0o7777); rerr != nil && err == nil {
-		unix.Close(fd)
-		return -1, nil, rerr
-	}
 	if err != nil {
+		restore()
 		return -1, nil, err
 	}
-	var nst unix.Stat_t
-	if err := unix.Fstat(fd, &nst); err != nil {
-		unix.Close(fd)
-		return -1, nil, err
-	}
-	return fd, &nst, nil
+	return fd, restore, nil
 }
 
 // timestampRule says, for the filesystem of the directory dirFD, whether
