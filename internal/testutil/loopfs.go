@@ -54,7 +54,7 @@ func ReflinkDir(t testing.TB, fstype string) string {
 	return dir
 }
 
-// MakeLoopFS (root only) makes a 1 GiB filesystem of type fstype in a
+// MakeLoopFS (root only) makes a 4 GiB filesystem of type fstype in a
 // sparse image file, mounts it through a loop device and returns the
 // mount point; the test's cleanup unmounts it (which frees the loop
 // device) and removes the image.
@@ -81,7 +81,7 @@ func MakeLoopFS(t testing.TB, fstype string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(1 << 30); err != nil {
+	if err := f.Truncate(4 << 30); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
