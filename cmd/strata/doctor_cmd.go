@@ -42,6 +42,9 @@ func doctorCommand(e *env) *cli.Command {
 					if !ch.OK && ch.Disables != "" {
 						fmt.Fprintf(w, "       %-*s  disables: %s\n", width, "", ch.Disables)
 					}
+					for _, fix := range ch.Fix {
+						fmt.Fprintf(w, "       %-*s  fix: %s\n", width, "", fix)
+					}
 				}
 				for _, sb := range rep.Sandbox {
 					fmt.Fprintf(w, "\n--sandbox %s on this kernel:\n", sb.Mode)
