@@ -56,7 +56,7 @@ func TestDiagnoseUserNS(t *testing.T) {
 		"proc/self/ns/user":                 "",
 	}
 	debian := map[string]string{
-		"proc/sys/user/max_user_namespaces":          "63183\n",
+		"proc/sys/user/max_user_namespaces":         "63183\n",
 		"proc/sys/kernel/unprivileged_userns_clone": "0\n",
 		"proc/self/status":                          status("0"),
 		"proc/self/ns/user":                         "",

@@ -95,6 +95,9 @@ type cloneConfig struct {
 	// full takes the files from the commit's flattened layer (<C>.full,
 	// built when missing) instead of resolving its stack.
 	full bool
+	// lowers, when set, is the stack to clone from (measurements pin
+	// one: Stack prefers a <C>.full once it exists).
+	lowers []string
 }
 
 // Clone writes the full tree of commit into dir, which must not exist (its
@@ -124,11 +127,14 @@ func clone(ctx context.Context, s *store.Store, cache *LayerCache, commit store.
 		return nil, fmt.Errorf("clone %s: commit: %w", commit.Short(), err)
 	}
 	var lowers []string
-	if cfg.full {
+	switch {
+	case cfg.lowers != nil:
+		lowers = cfg.lowers
+	case cfg.full:
 		p := cache.path(opts.Layers.Flavour, commit, true)
 		err = cache.ensure(ctx, s, layerRef{commit: commit, full: true, tree: tree}, p, opts.Layers)
 		lowers = []string{p}
-	} else {
+	default:
 		lowers, err = cache.Stack(ctx, s, commit, opts.Layers)
 	}
 	if err != nil {

@@ -65,6 +65,7 @@ func measureCloneCorpus(t *testing.T, corpus, root string, runs int, deep bool) 
 	// The deep case: ten commits each changing one file, an 11-layer
 	// stack, and the tip's flattened layer.
 	tip, tree := base, baseTree
+	var stack11 []string
 	if deep {
 		upper := filepath.Join(root, "upper")
 		for i := 0; i < 10; i++ {
@@ -81,7 +82,7 @@ func measureCloneCorpus(t *testing.T, corpus, root string, runs int, deep bool) 
 			tree = ar.Tree
 		}
 		start = time.Now()
-		_, err = env.cache.Stack(ctx, env.s, tip, lo)
+		stack11, err = env.cache.Stack(ctx, env.s, tip, lo)
 		must(t, err)
 		t.Logf("ten 1-file delta layers on top: %v", since(start))
 		start = time.Now()
@@ -113,7 +114,7 @@ func measureCloneCorpus(t *testing.T, corpus, root string, runs int, deep bool) 
 		if !deep {
 			continue
 		}
-		cloneOnce(eleven, tip, cloneConfig{})
+		cloneOnce(eleven, tip, cloneConfig{lowers: stack11})
 		last := cloneOnce(full, tip, cloneConfig{full: true})
 		dst := filepath.Join(root, fmt.Sprintf("cp%d", i))
 		start := time.Now()
