@@ -44,6 +44,10 @@ type DoctorReport struct {
 	// UserNS says why unprivileged user namespaces fail here (cause ""
 	// when they work), from a probe of its own (nsexec.ProbeUserNS).
 	UserNS nsexec.UserNSDiagnosis `json:"userns"`
+	// NoNamespaces says what a command of a workspace without namespaces
+	// (reflink or copy backend, where user namespaces are denied) gets
+	// on this kernel instead of what namespaces give.
+	NoNamespaces []nsexec.NoNSItem `json:"no_namespaces"`
 }
 
 // SandboxReport says what one --sandbox mode enforces on this kernel, and
@@ -152,6 +156,10 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 	add(cgroupCheck())
 	add(subIDCheck())
 	rep.Sandbox = sandboxReports(abi)
+	if err != nil {
+		abi = 0
+	}
+	rep.NoNamespaces = nsexec.NoNSReport(abi)
 	rep.View = DescribeView(scratchParent, os.Environ())
 	return rep
 }

@@ -111,6 +111,10 @@ type doctorJSON struct {
 			Seccomp int    `json:"seccomp"`
 		} `json:"probe"`
 	} `json:"userns"`
+	NoNamespaces []struct {
+		What   string `json:"what"`
+		Status string `json:"status"`
+	} `json:"no_namespaces"`
 }
 
 func runDoctor(t *testing.T, cmd *exec.Cmd) (doctorJSON, int, string) {
@@ -168,6 +172,15 @@ func TestDoctorUserNSDenied(t *testing.T) {
 		}
 		if !found {
 			t.Error("no user namespaces check")
+		}
+		// What a workspace without namespaces gets instead, on this
+		// kernel (Landlock ABI 7).
+		statuses := map[string]string{}
+		for _, it := range d.NoNamespaces {
+			statuses[it.What] = it.Status
+		}
+		if statuses["filesystem fence"] != "enforced" || statuses["host unix sockets"] != "refused" || statuses["PID namespace"] != "not enforced" {
+			t.Errorf("no_namespaces: %v", statuses)
 		}
 	}
 	t.Run("bwrap --disable-userns", func(t *testing.T) {

@@ -55,6 +55,12 @@ func doctorCommand(e *env) *cli.Command {
 						fmt.Fprintf(w, "  not enforced: %s\n", m)
 					}
 				}
+				if rep.UserNS.Cause != "" {
+					fmt.Fprintf(w, "\nwithout user namespaces (workspaces of the reflink or copy backend), on this kernel:\n")
+					for _, it := range rep.NoNamespaces {
+						fmt.Fprintf(w, "  %-12s %s: %s\n", it.Status, it.What, it.Detail)
+					}
+				}
 				fmt.Fprintf(w, "\nwhat --sandbox agent and strict commands see (the view; add to it with --ro/--rw, or strata init --ro/--rw for every command):\n")
 				pw := 0
 				for _, v := range rep.View {
