@@ -219,6 +219,9 @@ func cloneInto(ctx context.Context, r objectReader, tree store.ID, lowers []stri
 		if err == unix.ENOTEMPTY {
 			err = unix.EEXIST
 		}
+		if opts.Index != "" {
+			os.Remove(opts.Index) // it describes what is being removed
+		}
 		return nil, &fs.PathError{Op: "rename", Path: dir, Err: err}
 	}
 	res.Files = src.files.Load()
