@@ -61,7 +61,7 @@ func (r *Repo) Diff(ctx context.Context, arg string) (*DiffSpec, []snapshot.Chan
 		return spec, ch, err
 	}
 	if ValidateWorkspaceName(arg) == nil {
-		if _, _, err := r.loadWorkspace(ctx, arg); err == nil {
+		if _, err := r.loadWorkspace(ctx, arg); err == nil {
 			return r.workspaceDiff(ctx, arg)
 		}
 	}
@@ -120,7 +120,7 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	if err != nil {
 		return nil, nil, err
 	}
-	wt, err := r.workspaceTree(ctx, name, wr, nil, false)
+	w, wt, err := r.workspaceTree(ctx, name, wr, nil, false)
 	if err != nil {
 		wr.Abort()
 		return nil, nil, err
@@ -128,7 +128,7 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	// Keep the objects referenced until the patch has been printed: the
 	// writer's lease protects them from a concurrent gc. Finish with no
 	// commit releases the lease afterwards.
-	spec := &DiffSpec{From: wt.base.Tree, To: wt.tree, FromRef: wt.w.Base.Short(), ToRef: name, Workspace: name, FromCommit: wt.w.Base}
+	spec := &DiffSpec{From: wt.Base.Tree, To: wt.Tree, FromRef: w.Base.Short(), ToRef: name, Workspace: name, FromCommit: w.Base}
 	if err := wr.Flush(); err != nil { // Diff reads the new trees
 		wr.Abort()
 		return nil, nil, err

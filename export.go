@@ -2,10 +2,10 @@ package strata
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -109,7 +109,7 @@ func (r *Repo) workspaceRef(ctx context.Context, ref string) (string, store.ID, 
 	}
 	var fork store.ID
 	err = r.view(ctx, func(tx *store.Tx) error {
-		wss, err := tx.Workspaces()
+		wss, err := workspace.List(tx, r.layout)
 		if err != nil {
 			return err
 		}
@@ -121,13 +121,7 @@ func (r *Repo) workspaceRef(ctx context.Context, ref string) (string, store.ID, 
 			if w.Name == base && w.Branch != base {
 				ref = w.Branch + ref[len(base):]
 			}
-			var x wsExtra
-			_ = json.Unmarshal(w.Extra, &x)
-			if id, err := store.ParseID(x.Fork); err == nil {
-				fork = id
-			} else {
-				fork = w.Base
-			}
+			fork = w.ForkID()
 			return nil
 		}
 		ops, err := tx.Ops(base, 0)

@@ -2,12 +2,13 @@ package strata
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/stratafs/strata/internal/workspace"
+	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -25,12 +26,11 @@ type PromoteResult struct {
 // forkedFrom is the branch that branch was forked from, the default target
 // of promote: the one a workspace on it was forked from, else the one
 // `branch create --from` named, else DefaultBranch.
-func forkedFrom(tx *store.Tx, branch string) string {
-	if wss, err := tx.Workspaces(); err == nil {
+func forkedFrom(tx *store.Tx, l layout.Layout, branch string) string {
+	if wss, err := workspace.List(tx, l); err == nil {
 		for _, w := range wss {
-			var x wsExtra
-			if w.Branch == branch && json.Unmarshal(w.Extra, &x) == nil && x.FromBranch != "" && x.FromBranch != branch {
-				return x.FromBranch
+			if w.Branch == branch && w.FromBranch != "" && w.FromBranch != branch {
+				return w.FromBranch
 			}
 		}
 	}
@@ -82,16 +82,16 @@ func (r *Repo) Promote(ctx context.Context, src, into string) (*PromoteResult, e
 	}
 	from := src
 	if ValidateWorkspaceName(src) == nil {
-		if w, x, err := r.loadWorkspace(ctx, src); err == nil {
+		if w, err := r.loadWorkspace(ctx, src); err == nil {
 			from = w.Branch
 			if into == "" {
-				into = x.FromBranch
+				into = w.FromBranch
 			}
 		}
 	}
 	if into == "" {
 		if err := st.View(ctx, func(tx *store.Tx) error {
-			into = forkedFrom(tx, from)
+			into = forkedFrom(tx, r.layout, from)
 			return nil
 		}); err != nil {
 			return nil, err
@@ -282,24 +282,24 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 		}
 	default:
 		if ValidateWorkspaceName(arg) == nil {
-			if _, x, lerr := r.loadWorkspace(ctx, arg); lerr == nil {
+			if _, lerr := r.loadWorkspace(ctx, arg); lerr == nil {
 				wr, err := st.NewWriter(ctx, "apply "+arg)
 				if err != nil {
 					return nil, err
 				}
 				defer wr.Abort()
-				wt, err := r.workspaceTree(ctx, arg, wr, nil, false)
+				w, wt, err := r.workspaceTree(ctx, arg, wr, nil, false)
 				if err != nil {
 					return nil, err
 				}
 				if err := wr.Flush(); err != nil { // the tree is read back below
 					return nil, err
 				}
-				fork, _ := store.ParseID(x.Fork)
+				fork, _ := store.ParseID(w.Fork)
 				if fromTree, fromID, err = r.commitTree(ctx, fork.String()); err != nil {
 					return nil, err
 				}
-				toTree, toID, wsName = wt.tree, wt.w.Base, arg
+				toTree, toID, wsName = wt.Tree, w.Base, arg
 				break
 			}
 		}
