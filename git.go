@@ -163,11 +163,11 @@ func (r *Repo) ExportGit(ctx context.Context, ref, repo, branch string, force bo
 	if err != nil {
 		return nil, err
 	}
-	if ValidateWorkspaceName(ref) == nil {
-		if w, err := r.loadWorkspace(ctx, ref); err == nil {
-			ref = w.Branch
-		}
+	t, err := r.parseTarget(ctx, "export-git", ref, false)
+	if err != nil {
+		return nil, err
 	}
+	ref = t.Ref
 	var tree, baseTree store.ID
 	var g gitSource
 	if err := st.View(ctx, func(tx *store.Tx) error {

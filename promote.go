@@ -81,12 +81,14 @@ func (r *Repo) Promote(ctx context.Context, src, into string) (*PromoteResult, e
 		return nil, err
 	}
 	from := src
-	if ValidateWorkspaceName(src) == nil {
-		if w, err := r.loadWorkspace(ctx, src); err == nil {
-			from = w.Branch
-			if into == "" {
-				into = w.FromBranch
-			}
+	t, err := r.parseTarget(ctx, "promote", src, false)
+	if err != nil {
+		return nil, err
+	}
+	if t.WS != nil && t.Exact {
+		from = t.WS.Branch
+		if into == "" {
+			into = t.WS.FromBranch
 		}
 	}
 	if into == "" {
@@ -272,41 +274,41 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 	}
 	var fromTree, toTree, fromID, toID store.ID
 	var wsName string
-	switch a, b, ok := strings.Cut(arg, ".."); {
-	case ok:
-		if fromTree, fromID, err = r.commitTree(ctx, a); err != nil {
+	t, err := r.parseTarget(ctx, "apply", arg, true)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case t.Range:
+		if fromTree, fromID, err = r.commitTree(ctx, t.From); err != nil {
 			return nil, err
 		}
-		if toTree, toID, err = r.commitTree(ctx, b); err != nil {
+		if toTree, toID, err = r.commitTree(ctx, t.To); err != nil {
 			return nil, err
 		}
+	case t.WS != nil && t.Exact:
+		wr, err := st.NewWriter(ctx, "apply "+arg)
+		if err != nil {
+			return nil, err
+		}
+		defer wr.Abort()
+		w, wt, err := r.workspaceTree(ctx, arg, wr, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := wr.Flush(); err != nil { // the tree is read back below
+			return nil, err
+		}
+		fork, _ := store.ParseID(w.Fork)
+		if fromTree, fromID, err = r.commitTree(ctx, fork.String()); err != nil {
+			return nil, err
+		}
+		toTree, toID, wsName = wt.Tree, w.Base, arg
 	default:
-		if ValidateWorkspaceName(arg) == nil {
-			if _, lerr := r.loadWorkspace(ctx, arg); lerr == nil {
-				wr, err := st.NewWriter(ctx, "apply "+arg)
-				if err != nil {
-					return nil, err
-				}
-				defer wr.Abort()
-				w, wt, err := r.workspaceTree(ctx, arg, wr, nil, false)
-				if err != nil {
-					return nil, err
-				}
-				if err := wr.Flush(); err != nil { // the tree is read back below
-					return nil, err
-				}
-				fork, _ := store.ParseID(w.Fork)
-				if fromTree, fromID, err = r.commitTree(ctx, fork.String()); err != nil {
-					return nil, err
-				}
-				toTree, toID, wsName = wt.Tree, w.Base, arg
-				break
-			}
-		}
-		if toTree, toID, err = r.commitTree(ctx, arg); err != nil {
+		if toTree, toID, err = r.commitTree(ctx, t.Ref); err != nil {
 			return nil, err
 		}
-		fromID, err = r.forkPoint(ctx, arg, toID)
+		fromID, err = r.forkPoint(ctx, t.Ref, toID)
 		if err != nil {
 			return nil, err
 		}
