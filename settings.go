@@ -25,7 +25,7 @@ type Settings struct {
 	// ViewRO and ViewRW are host paths every sandboxed command of the
 	// store sees, read-only and read-write (`strata init --ro PATH`,
 	// `--rw PATH`): toolchains and caches under a home directory that
-	// PATH does not reveal (the view's defaults, view.go). Keepers build
+	// PATH does not reveal (the view's defaults, internal/workspace/view.go). Keepers build
 	// them into their view once; an exec's own --ro costs a view of its
 	// own.
 	ViewRO []string `json:"view_ro,omitempty"`

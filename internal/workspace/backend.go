@@ -145,8 +145,7 @@ func (m *Manager) Populate(ctx context.Context, rec *Record) error {
 	return b.Populate(ctx, rec)
 }
 
-// Read is rec's Backend.Read, after checking that this process may read
-// it (NeedSubIDNS).
+// Read is rec's Backend.Read.
 func (m *Manager) Read(ctx context.Context, rec *Record, wr *store.Writer, opts ReadOptions) (*Tree, error) {
 	b, err := m.Backend(rec)
 	if err != nil {
