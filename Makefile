@@ -7,7 +7,8 @@
 #   make fuzz     longer fuzzing of every decoder
 #   make crash    500 SIGKILLs at random instants, fsck after each
 #   make cover    coverage per package: unit tests + both integration passes, merged
-#   make lint     gofmt, go vet, staticcheck, the package graph (scripts/depgraph.sh)
+#   make lint     gofmt, go vet, staticcheck, the package graph (golangci-lint's
+#                 depguard, .golangci.yml; scripts/depgraph.sh for what it links)
 #   make deps     install what a fresh Debian machine lacks (as root), or print how
 #   make man      bin/man/man1/strata.1, from the command tree
 
@@ -24,6 +25,11 @@ STRATA_IMAGES ?= $(STRATA_CACHE)/images
 CORPUS_BUILD ?= $(firstword $(wildcard $(CURDIR)/../shared/corpus/build.sh) $(CURDIR)/integration/corpus/build.sh)
 # The unprivileged user for the rootless pass when make test runs as root.
 STRATA_TEST_USER ?= $(shell id -u strata-test >/dev/null 2>&1 && echo strata-test || echo nobody)
+# golangci-lint, pinned: installed once by `make lint` (with the go tool
+# alone) into the cache, outside the repository.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT_DIR ?= $(STRATA_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+GOLANGCI_LINT := $(GOLANGCI_LINT_DIR)/golangci-lint
 FUZZTIME ?= 3s
 LONGFUZZTIME ?= 2m
 # urfave_cli_no_docs drops the man-page generator (and its markdown parser's
@@ -123,11 +129,19 @@ bench-push: build corpus
 demo: build
 	@bash scripts/demo.sh
 
-lint:
+# The package graph of DESIGN.md: depguard's rules (.golangci.yml, each
+# with its reason) for what each package imports; scripts/depgraph.sh for
+# what the hot path links, transitively, which depguard cannot see.
+lint: $(GOLANGCI_LINT)
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed: go install honnef.co/go/tools/cmd/staticcheck@latest"; fi
+	$(GOLANGCI_LINT) run ./...
 	@bash scripts/depgraph.sh
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(GOLANGCI_LINT_DIR)
+	GOBIN=$(GOLANGCI_LINT_DIR) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 clean:
 	rm -rf $(BIN)

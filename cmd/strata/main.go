@@ -43,6 +43,10 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
+// Is makes a usage error one of strata's invalid-argument errors, so that
+// strata.Kind classifies it as a usage error.
+func (e *usageError) Is(target error) bool { return target == strata.ErrInvalidArgument }
+
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
 // exitCode carries a command's own exit status (exec, run) through cli.
@@ -190,25 +194,34 @@ func (e *env) report(err error) int {
 	var xc *exitCode
 	if errors.As(err, &xc) {
 		if xc.err != nil {
-			e.printError(xc.err, kindOf(xc.err))
+			e.printError(xc.err, strata.Kind(xc.err))
 		}
 		return xc.code
 	}
-	code := exitError
-	var ue *usageError
-	switch {
-	case errors.As(err, &ue), errors.Is(err, strata.ErrInvalidName), errors.Is(err, strata.ErrInvalidArgument):
-		code = exitUsage
-	case errors.Is(err, strata.ErrConflict):
-		code = exitConflict
-	}
-	if ue != nil && !e.json {
+	code := exitFor(err)
+	if ue := (*usageError)(nil); errors.As(err, &ue) && !e.json {
 		fmt.Fprintf(e.stderr, "strata: %s\nRun `strata help` for usage.\n", err)
 		return code
 	}
-	e.printError(err, kindOf(err))
+	e.printError(err, strata.Kind(err))
 	return code
 }
+
+// exitFor is the exit code of a command that failed with err, from its
+// kind (strata.Kind): 2 for usage errors, 3 for conflicts, else 1.
+func exitFor(err error) int {
+	switch strata.Kind(err) {
+	case strata.KindUsage, strata.KindInvalidName:
+		return exitUsage
+	case strata.KindConflict:
+		return exitConflict
+	}
+	return exitError
+}
+
+// isUsage reports whether err is a usage error (exit 2), which exec and
+// run report as such rather than as strata's own failure (125).
+func isUsage(err error) bool { return exitFor(err) == exitUsage }
 
 func (e *env) printError(err error, kind string) {
 	if e.json {
@@ -230,38 +243,6 @@ func (e *env) printError(err error, kind string) {
 		return
 	}
 	fmt.Fprintf(e.stderr, "strata: %s\n", explain(err))
-}
-
-// kindOf names an error's category for --json.
-func kindOf(err error) string {
-	var ue *usageError
-	switch {
-	case errors.As(err, &ue), errors.Is(err, strata.ErrInvalidArgument):
-		return "usage"
-	case errors.Is(err, strata.ErrConflict):
-		return "conflict"
-	case errors.Is(err, strata.ErrNotFound):
-		return "not_found"
-	case errors.Is(err, strata.ErrExists):
-		return "exists"
-	case errors.Is(err, strata.ErrInvalidName):
-		return "invalid_name"
-	case errors.Is(err, strata.ErrNoStore):
-		return "no_store"
-	case errors.Is(err, strata.ErrReadOnly):
-		return "read_only"
-	case errors.Is(err, strata.ErrNoSpace):
-		return "no_space"
-	case errors.Is(err, strata.ErrCorrupt):
-		return "corrupt"
-	case errors.Is(err, strata.ErrUnsupported):
-		return "unsupported"
-	case errors.Is(err, os.ErrPermission):
-		return "permission"
-	case errors.Is(err, context.Canceled):
-		return "interrupted"
-	}
-	return "error"
 }
 
 // explain adds what to do to errors whose message alone doesn't say.
