@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
@@ -110,6 +111,7 @@ func (r *Repo) gcFiles(ctx context.Context, st *store.Store, out *GCResult) erro
 	}
 	out.LayersFreed, out.LayerBytes = len(ev.Removed), ev.Bytes
 	out.StaleRemoved = r.removeStale(wss)
+	out.StaleRemoved = append(out.StaleRemoved, image.RemoveStalePushDirs(st.Dir(), staleAfter)...) // killed pushes' blobs
 	r.cleanRuns(true)
 	return nil
 }

@@ -144,11 +144,12 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 			return nil, fmt.Errorf("push %s: %w", dst, err)
 		}
 	}
-	tmp, err := os.MkdirTemp(opts.TempDir, "strata-push-")
+	pd, err := newPushDir(opts.TempDir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("push %s: %w", dst, err)
 	}
-	defer os.RemoveAll(tmp)
+	defer pd.release()
+	tmp := pd.path
 
 	res := &PushResult{Dest: dst.String(), Commit: commit, Tree: chain[len(chain)-1].Tree}
 	var layers []*blobLayer
