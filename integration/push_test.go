@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/internal/testutil"
@@ -488,4 +491,103 @@ func TestPushKilledGC(t *testing.T) {
 	h.fsckClean()
 	// The store still pushes.
 	h.ok("push", "env", dest)
+}
+
+// openPTY opens a pseudo-terminal pair: the master, read by the test, and
+// the slave, a command's terminal.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		testutil.Skip(t, "no pseudo-terminals: "+err.Error())
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		m.Close()
+		t.Fatalf("unlockpt: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		m.Close()
+		t.Fatalf("ptsname: %v", err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 120}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// onPTY runs strata with stdout on a terminal and returns what it wrote
+// there (stderr is not on it).
+func onPTY(t *testing.T, h *home, args ...string) string {
+	t.Helper()
+	m, s := openPTY(t)
+	cmd := exec.Command(bin(t), append([]string{"--home", h.dir}, args...)...)
+	var errb strings.Builder
+	cmd.Stdout, cmd.Stderr = s, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // the command holds it: EOF (EIO) on the master once it exits
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, m); close(copied) }()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("strata %s on a terminal: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	<-copied
+	return out.String()
+}
+
+// TestPushProgressTTY: on a terminal, push draws a bar per layer and
+// clears them before its summary; --json on a terminal, and output that
+// is not a terminal, have no bars.
+func TestPushProgressTTY(t *testing.T) {
+	src := t.TempDir()
+	// A layer large enough to be drawn while it is built (the bars redraw
+	// at most every 100 ms, and at once when a layer changes state).
+	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i * 7919 >> 8)
+	}
+	if err := os.WriteFile(filepath.Join(src, "big.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newHome(t)
+	h.ok("import", src, "-b", "main")
+	h.ok("ws", "create", "w")
+	h.ok("exec", "w", "--", "sh", "-c", "echo two > second.txt")
+	h.ok("commit", "w", "-m", "second layer")
+	layout := filepath.Join(t.TempDir(), "layout")
+
+	out := onPTY(t, h, "push", "ws/w", "oci:"+layout+":tty")
+	for _, want := range []string{"layer 1/2", "layer 2/2", "building", "written", "\x1b[J", "pushed "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("push on a terminal: no %q in %q", want, out)
+		}
+	}
+	// The summary comes after the bars were cleared, and no bar is left.
+	clear := strings.LastIndex(out, "\x1b[J")
+	if sum := strings.Index(out, "pushed "); sum < clear {
+		t.Errorf("summary at %d, bars cleared at %d: %q", sum, clear, out)
+	}
+	if tail := out[clear+len("\x1b[J"):]; strings.Contains(tail, "[=") || strings.Contains(tail, "\x1b[") {
+		t.Errorf("bars after the clear: %q", tail)
+	}
+	// The same push piped, and with --json on a terminal: no escape sequences.
+	piped := h.ok("push", "ws/w", "oci:"+layout+":piped").stdout
+	js := onPTY(t, h, "--json", "push", "ws/w", "oci:"+layout+":json")
+	for name, o := range map[string]string{"piped": piped, "--json on a terminal": js} {
+		if strings.Contains(o, "\x1b") || strings.Contains(o, "building") {
+			t.Errorf("push %s: progress in the output: %q", name, o)
+		}
+	}
+	if !strings.HasPrefix(piped, "pushed ") {
+		t.Errorf("piped push printed %q", piped)
+	}
 }
