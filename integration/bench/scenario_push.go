@@ -121,17 +121,21 @@ func runPush(b *Bench) error {
 	defer sreg.stop()
 	insecure := "--tls-verify=false"
 
-	// push: one sample of time and registry growth.
-	push := func(key string, st *Bench, ref, dest string) (pushOut, error) {
+	// push: time and registry growth, one sample per destination.
+	push := func(key string, st *Bench, ref string, dests ...string) (pushOut, error) {
 		var out pushOut
-		before := reg.blobBytes()
-		syncFS()
-		d, err := st.stJSON(&out, "push", ref, "docker://"+reg.addr+"/"+dest, insecure)
-		if err != nil {
-			return out, err
+		var ts, bs []float64
+		for _, dest := range dests {
+			before := reg.blobBytes()
+			syncFS()
+			d, err := st.stJSON(&out, "push", ref, "docker://"+reg.addr+"/"+dest, insecure)
+			if err != nil {
+				return out, err
+			}
+			ts, bs = append(ts, float64(d)), append(bs, float64(reg.blobBytes()-before))
 		}
-		b.record("push", key+"/time", unitNS, []float64{float64(d)}, "")
-		b.record("push", key+"/bytes", unitBytes, []float64{float64(reg.blobBytes() - before)}, "")
+		b.record("push", key+"/time", unitNS, ts, "")
+		b.record("push", key+"/bytes", unitBytes, bs, "")
 		return out, nil
 	}
 	copyImage := func(key, layout, dest string) error {
@@ -180,10 +184,12 @@ func runPush(b *Bench) error {
 	if b.cfg.quick {
 		reps = 2
 	}
+	var again []string
 	for i := 0; i < reps; i++ {
-		if _, err := push("strata/again", b, "main", fmt.Sprintf("strata/corpus:again%d", i)); err != nil {
-			return err
-		}
+		again = append(again, fmt.Sprintf("strata/corpus:again%d", i))
+	}
+	if _, err := push("strata/again", b, "main", again...); err != nil {
+		return err
 	}
 	// The same content as an image: the layout strata writes (untimed),
 	// copied by skopeo.
