@@ -590,4 +590,17 @@ func TestPushProgressTTY(t *testing.T) {
 	if !strings.HasPrefix(piped, "pushed ") {
 		t.Errorf("piped push printed %q", piped)
 	}
+
+	// Pull from a registry on a terminal: a bar per layer, cleared.
+	reg := startRegistry(t)
+	h.ok("push", "ws/w", "docker://"+reg.addr+"/strata/tty:1", "--tls-verify=false")
+	out = onPTY(t, newHome(t), "pull", "docker://"+reg.addr+"/strata/tty:1", "-b", "w", "--tls-verify=false")
+	for _, want := range []string{"layer 1/2", "layer 2/2", " done", "\x1b[J", "pulled "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pull on a terminal: no %q in %q", want, out)
+		}
+	}
+	if clear, sum := strings.LastIndex(out, "\x1b[J"), strings.Index(out, "pulled "); sum < clear {
+		t.Errorf("pull: summary at %d, bars cleared at %d: %q", sum, clear, out)
+	}
 }

@@ -136,8 +136,10 @@ func (p *progress) layer(lp image.LayerProgress) {
 	switch {
 	case lp.Reused:
 		p.finish(key, label, "in the store", 0, true)
+	case lp.Finished && lp.Fetched > 0:
+		p.finish(key, label, "done", lp.Fetched, true) // the bytes received, as while it ran
 	case lp.Finished:
-		p.finish(key, label, "done", max(lp.Fetched, lp.Done), true)
+		p.finish(key, label, "done", lp.Done, true)
 	case lp.Fetched > 0 && lp.Size > 0:
 		p.set(key, label, "", lp.Fetched, lp.Size, true)
 	default:
