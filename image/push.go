@@ -55,13 +55,12 @@ type PushOptions struct {
 	TempDir string
 	// CacheDir, if set, remembers each layer's digests (by the two trees
 	// and the build), so that a layer the registry has is not even
-	// written again: only a layer the registry lacks is generated.
+	// written again: only a layer the registry lacks is generated. It
+	// also remembers which repositories of which registries hold each
+	// blob (pushed there or pulled from there), so that a push to
+	// another repository of the same registry asks the registry to mount
+	// the blob from one of them instead of uploading it (locations.go).
 	CacheDir string
-	// CacheDir also remembers which repositories of which registries
-	// hold each blob (pushed there or pulled from there), so that a push
-	// to another repository of the same registry asks the registry to
-	// mount the blob from one of them instead of uploading it.
-	//
 	// Progress, if set, is called as each layer is built and sent (from
 	// several goroutines: blobs are uploaded in parallel).
 	Progress func(BlobProgress)
