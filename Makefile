@@ -4,6 +4,7 @@
 #   make test     unit tests, brief fuzzing, integration tests as root and as an
 #                 unprivileged user (the rootless path is the main path)
 #   make bench    benchmarks against the peers, side by side (see docs/bench.md)
+#   make bench-push  only its push/pull rows (BENCH_ONLY=push make bench)
 #   make fuzz     longer fuzzing of every decoder
 #   make crash    500 SIGKILLs at random instants, fsck after each
 #   make cover    coverage per package: unit tests + both integration passes, merged
@@ -123,8 +124,9 @@ cover: build corpus
 bench: build corpus
 	@bash scripts/bench.sh
 
+# The push/pull rows alone (the bench's push scenario).
 bench-push: build corpus
-	@bash scripts/bench-push.sh
+	@BENCH_ONLY=push bash scripts/bench.sh
 
 demo: build
 	@bash scripts/demo.sh

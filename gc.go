@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
@@ -99,6 +100,7 @@ func (r *Repo) gcFiles(ctx context.Context, st *store.Store, out *GCResult) erro
 	}
 	out.LayersFreed, out.LayerBytes = len(ev.Removed), ev.Bytes
 	out.StaleRemoved = r.ws.RemoveStale(wss)
+	out.StaleRemoved = append(out.StaleRemoved, image.RemoveStalePushDirs(st.Dir(), workspace.StaleAfter)...) // killed pushes' blobs
 	r.ws.CleanRuns(true)
 	return nil
 }

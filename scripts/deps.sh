@@ -24,6 +24,15 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v umoci >/dev/null || need+=(umoci)
 # skopeo inspects what strata push wrote (integration/push_test.go).
 command -v skopeo >/dev/null || need+=(skopeo)
+# podman runs what strata push wrote, as root and rootless
+# (integration/push_test.go; also a peer of the benchmarks). runc: Debian
+# 12's default crun refuses a hybrid cgroup v1+v2 hierarchy. Rootless it
+# needs uidmap (above), /etc/subuid and /etc/subgid entries for the user
+# (.ci/run adds them for the test user); the tests pass --network none,
+# their own --root/--runroot and XDG_RUNTIME_DIR, so neither slirp4netns
+# nor a login session is needed.
+command -v podman >/dev/null || need+=(podman)
+command -v runc >/dev/null || need+=(runc)
 # The MCP Inspector (TestMCPInspector), installed by make mcp-inspector.
 command -v npm >/dev/null || need+=(npm)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
