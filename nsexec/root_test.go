@@ -2,12 +2,16 @@ package nsexec
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/internal/testutil"
@@ -326,4 +330,125 @@ func TestZeroFirst(t *testing.T) {
 	if len(seen) != 65537 {
 		t.Errorf("%d ids mapped; want 65537", len(seen))
 	}
+}
+
+// entryTestRootSubIDs starts the keeper of the spec in the JSON file
+// os.Args[1] from a subordinate-id namespace (startMapped, as
+// EnterSubIDs would), runs os.Args[2] with sh in it, prints its output
+// and stops the keeper.
+const entryTestRootSubIDs = "test-root-subids"
+
+func init() {
+	Register(entryTestRootSubIDs, func() int {
+		if p := os.Getenv(envInit); p != "" && p != "self" {
+			initOverride = p
+		}
+		b, err := os.ReadFile(os.Args[1])
+		var spec Spec
+		if err == nil {
+			err = json.Unmarshal(b, &spec)
+		}
+		if err == nil {
+			_, err = StartKeeper(context.Background(), spec)
+		}
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		defer StopKeeper(context.Background(), spec.Dir)
+		var out strings.Builder
+		w, done := pipeOutPlain(&out)
+		st, err := Exec(context.Background(), spec.Dir, Command{Argv: []string{"sh", "-c", os.Args[2]}, Env: rootEnv()}, nil, w, w)
+		done()
+		fmt.Print(out.String())
+		if err != nil || st.Code != 0 {
+			fmt.Println("error:", st, err)
+			return 1
+		}
+		return 0
+	})
+}
+
+// pipeOutPlain is pipeOut without a testing.TB.
+func pipeOutPlain(buf *strings.Builder) (*os.File, func()) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		panic(err)
+	}
+	copied := make(chan struct{})
+	go func() {
+		b, _ := io.ReadAll(r)
+		buf.Write(b)
+		r.Close()
+		close(copied)
+	}()
+	return w, func() { w.Close(); <-copied }
+}
+
+// TestImageRootSubIDs: rootless with subordinate ids (the keeper started
+// from their namespace, as EnterSubIDs does for the CLI), the image's uid
+// 0 is the caller and its other ids map to the caller's subordinate
+// range: a file a command chowns to 5:6 inside belongs on the host to
+// the ids the maps give, and a command runs as the image's user nobody.
+func TestImageRootSubIDs(t *testing.T) {
+	rootlessOnly(t, func(t *testing.T) {
+		m, err := SubIDMaps()
+		if err != nil {
+			testutil.Skip(t, err.Error())
+		}
+		spec := rootSpec(t)
+		spec.SubIDs = true
+		run := func(script string) string {
+			t.Helper()
+			f := filepath.Join(t.TempDir(), "spec.json")
+			b, _ := json.Marshal(spec)
+			if err := os.WriteFile(f, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := Reexec(entryTestRootSubIDs, f, script)
+			cmd.Env = os.Environ()
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := startMapped(cmd, m); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("%s in the subordinate-id namespace: %v: %s", script, err, out.String())
+			}
+			return out.String()
+		}
+		if got := run("id -u; echo x > /opt/owned && chown 5:6 /opt/owned && stat -c '%u %g' /opt/owned"); got != "0\n5 6\n" {
+			t.Errorf("chown inside: %q", got)
+		}
+		// Inner 5 is the outer namespace's 4th id after the caller's
+		// (zeroFirst), which is a host id of the range (mapAround).
+		hostID := func(maps []IDRange, own uint32, inner uint32) uint32 {
+			var outer []IDRange
+			for _, r := range maps {
+				outer = append(outer, IDRange{Host: r.Inner, Size: r.Size})
+			}
+			through := func(rs []IDRange, id uint32) uint32 {
+				for _, r := range rs {
+					if id >= r.Inner && id-r.Inner < r.Size {
+						return r.Host + id - r.Inner
+					}
+				}
+				t.Fatalf("id %d is not mapped by %v", id, rs)
+				return 0
+			}
+			return through(maps, through(zeroFirst(own, outer), inner))
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(spec.Root.Upper, "opt/owned"), &st); err != nil {
+			t.Fatal(err)
+		}
+		wantUID, wantGID := hostID(m.UIDs, uint32(os.Getuid()), 5), hostID(m.GIDs, uint32(os.Getgid()), 6)
+		if st.Uid != wantUID || st.Gid != wantGID || wantUID == uint32(os.Getuid()) {
+			t.Errorf("the upper's file belongs to %d:%d on the host; want %d:%d", st.Uid, st.Gid, wantUID, wantGID)
+		}
+		spec.Root.User = "nobody"
+		if got := run("id -u; id -g"); got != "65534\n65534\n" {
+			t.Errorf("as the image's user nobody: %q", got)
+		}
+	})
 }
