@@ -15,6 +15,7 @@ import (
 
 	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/internal/testutil"
+	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -449,6 +450,42 @@ func TestImageRootSubIDs(t *testing.T) {
 		spec.Root.User = "nobody"
 		if got := run("id -u; id -g"); got != "65534\n65534\n" {
 			t.Errorf("as the image's user nobody: %q", got)
+		}
+	})
+}
+
+// TestImageRootSandbox: sandboxed commands in an image root, with the
+// policy an image root's agent mode is (docs/images.md: the whole root
+// read-write for Landlock, scoped signals and abstract sockets; the agent
+// seccomp filter): they install into the root, seccomp still denies new
+// namespaces, root keeps ContainerCaps under no_new_privs; NetNone gives
+// a private network namespace with only lo, inside the image root.
+func TestImageRootSandbox(t *testing.T) {
+	both(t, func(t *testing.T) {
+		spec := rootSpec(t)
+		startKeeper(t, spec)
+		_, progs := sandbox(t, "/")
+		abi, _ := landlock.ABI()
+		rs, err := landlock.Plan(landlock.Policy{RW: []string{"/"}, ScopeSignals: true, ScopeAbstractUnix: true}, abi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boxed := func(script string) Command {
+			return Command{Argv: []string{"sh", "-c", script}, Env: rootEnv(), View: true, Landlock: rs, Seccomp: progs}
+		}
+		for _, tc := range []struct{ name, script, want string }{
+			{"install into the root", "mkdir -p /opt/venv/lib && echo 'X = 1' > /opt/venv/lib/m.py && mv /opt/venv/lib/m.py /usr/lib/python3/dist-packages/ && cd / && python3 -c 'import m; print(m.X)'", "1\n"},
+			{"no new namespaces", "unshare -U true 2>&1 | grep -o 'Operation not permitted'", "Operation not permitted\n"},
+			{"status", "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' '", fmt.Sprintf("CapEff: %016x\nNoNewPrivs: 1\nSeccomp: 2\n", uint64(ContainerCaps))},
+		} {
+			if r := execIn(t, spec, boxed(tc.script)); r.Code != 0 || r.stdout != tc.want {
+				t.Errorf("%s: %v %q %q; want %q", tc.name, r.ExitStatus, r.stdout, r.stderr, tc.want)
+			}
+		}
+		c := boxed("python3 -c 'import socket; print(socket.if_nameindex())'")
+		c.NetNone = true
+		if r := execIn(t, spec, c); r.Code != 0 || r.stdout != "[(1, 'lo')]\n" {
+			t.Errorf("NetNone in an image root: %v %q %q", r.ExitStatus, r.stdout, r.stderr)
 		}
 	})
 }
