@@ -7,9 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -487,5 +490,64 @@ func TestImageRootSandbox(t *testing.T) {
 		if r := execIn(t, spec, c); r.Code != 0 || r.stdout != "[(1, 'lo')]\n" {
 			t.Errorf("NetNone in an image root: %v %q %q", r.ExitStatus, r.stdout, r.stderr)
 		}
+	})
+}
+
+// TestImageRootCosts measures an image root against the host view, side
+// by side (interleaved, so that load hits both alike): Run of true,
+// StartKeeper + StopKeeper, Exec of true into a live keeper. A
+// measurement, not an assertion: it runs only with STRATA_NSEXEC_COSTS=1.
+//
+//	STRATA_NSEXEC_COSTS=1 STRATA_IMAGES=... go test -run TestImageRootCosts -v ./nsexec/
+func TestImageRootCosts(t *testing.T) {
+	if os.Getenv("STRATA_NSEXEC_COSTS") != "1" {
+		t.Skip("a measurement: set STRATA_NSEXEC_COSTS=1")
+	}
+	both(t, func(t *testing.T) {
+		n := 50
+		if v, err := strconv.Atoi(os.Getenv("STRATA_NSEXEC_COSTS_N")); err == nil && v > 0 {
+			n = v
+		}
+		ctx := context.Background()
+		host := newSpec(t, "")
+		img := rootSpec(t)
+		pair := func(name string, n int, fn func(s Spec, i int)) {
+			t.Helper()
+			fn(host, -1)
+			fn(img, -1)
+			var dh, di []time.Duration
+			for i := range n {
+				start := time.Now()
+				fn(host, i)
+				dh = append(dh, time.Since(start))
+				start = time.Now()
+				fn(img, i)
+				di = append(di, time.Since(start))
+			}
+			slices.Sort(dh)
+			slices.Sort(di)
+			t.Logf("%-34s host view p50 %6.2f ms  image root p50 %6.2f ms  (%.2fx, n=%d)", name, ms(dh[n/2]), ms(di[n/2]), ms(di[n/2])/ms(dh[n/2]), n)
+		}
+		ok := func(st ExitStatus, err error) {
+			if err != nil || st.Code != 0 {
+				t.Fatalf("%v, %v", st, err)
+			}
+		}
+		pair("Run true", n, func(s Spec, _ int) {
+			ok(Run(ctx, s, Command{Argv: []string{"true"}, Env: rootEnv()}, nil, nil, nil))
+		})
+		pair("StartKeeper + StopKeeper", min(n, 30), func(s Spec, _ int) {
+			if _, err := StartKeeper(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := StopKeeper(ctx, s.Dir); err != nil {
+				t.Fatal(err)
+			}
+		})
+		startKeeper(t, host)
+		startKeeper(t, img)
+		pair("Exec true into a live keeper", n, func(s Spec, _ int) {
+			ok(Exec(ctx, s.Dir, Command{Argv: []string{"true"}, Env: rootEnv()}, nil, nil, nil))
+		})
 	})
 }
