@@ -52,17 +52,28 @@ echo "building the test images into $OUT (a few minutes, once)"
 mkdir -p "$CACHE"
 tmp=$(mktemp -d "$CACHE/images.new-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-# Reproducible enough: one suite, the minbase package set, fixed epoch.
-# The second root is the first with what SWE-bench's environments need;
-# mkimages layers the difference on the first.
-for v in "rootfs python3" "rootfs-swe python3,python3-pytest,git,patch"; do
+# Reproducible: one suite, the minbase package set, fixed epoch (the
+# same root tar, byte for byte, on every build). The second root is the
+# first with what SWE-bench's environments need; mkimages layers the
+# difference on the first. The roots are kept in $CACHE/images-rootfs,
+# keyed by their mmdebstrap arguments: a change of the generator alone
+# does not build them again.
+roots=$CACHE/images-rootfs
+mkdir -p "$roots"
+for v in "rootfs python3" "rootfs_swe python3,python3-pytest,git,patch"; do
   set -- $v
-  SOURCE_DATE_EPOCH=1700000000 mmdebstrap --quiet --variant=minbase --mode=root --format=tar --include="$2" \
-    --dpkgopt="path-exclude=/usr/share/man/*" --dpkgopt="path-exclude=/usr/share/locale/*" \
-    --dpkgopt="path-exclude=/usr/share/doc/*" \
-    "$SUITE" "$tmp/$1.tar" "$MIRROR"
+  args=(--quiet --variant=minbase --mode=root --format=tar --include="$2"
+    --dpkgopt="path-exclude=/usr/share/man/*" --dpkgopt="path-exclude=/usr/share/locale/*"
+    --dpkgopt="path-exclude=/usr/share/doc/*" "$SUITE")
+  root=$roots/$1-$(echo "${args[*]} $MIRROR" | sha256sum | cut -c1-16).tar
+  if [ ! -f "$root" ]; then
+    rm -f "$roots/$1"-*.tar
+    SOURCE_DATE_EPOCH=1700000000 mmdebstrap "${args[@]}" "$tmp/$1.tar" "$MIRROR"
+    mv "$tmp/$1.tar" "$root"
+  fi
+  printf -v "$1" %s "$root"
 done
-go run ./scripts/mkimages -base "$tmp/rootfs.tar" -swe "$tmp/rootfs-swe.tar" -out "$tmp/out"
+go run ./scripts/mkimages -base "$rootfs" -swe "$rootfs_swe" -out "$tmp/out"
 echo "$key" > "$tmp/out/.key"
 chmod -R a+rX "$tmp/out"
 rm -rf "$OUT.old"

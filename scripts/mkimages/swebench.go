@@ -37,8 +37,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // tarEntry is what a root filesystem tar says of one path, for diffing.
@@ -513,20 +511,12 @@ func swebench(baseTar, sweTar, out string, baseLayer v1.Layer, mk func(string, [
 	dst := filepath.Join(out, "swebench")
 
 	setupEnv := file("root/setup_env.sh", "#!/bin/bash\nset -euxo pipefail\napt-get install -y python3-pytest git patch\n").m(0o755)
-	envFile := filepath.Join(work, "env.tar")
-	f, err := os.Create(envFile)
-	if err != nil {
-		log.Fatal(err)
-	}
-	changed, whiteouts := diffLayer(baseTar, sweTar, []entry{dir("root/").m(0o700), setupEnv}, f)
-	if err := f.Close(); err != nil {
-		log.Fatal(err)
-	}
-	log.Printf("swe-env layer: %d entries, %d whiteouts", changed, whiteouts)
-	envLayer, err := tarball.LayerFromFile(envFile, tarball.WithMediaType(types.OCILayer))
-	if err != nil {
-		log.Fatal(err)
-	}
+	// In memory (some 50 MB): the layout reads a layer when it writes it,
+	// after this function's temporary directory is gone.
+	var envTar bytes.Buffer
+	changed, whiteouts := diffLayer(baseTar, sweTar, []entry{dir("root/").m(0o700), setupEnv}, &envTar)
+	log.Printf("swe-env layer: %d entries, %d whiteouts, %d bytes", changed, whiteouts, envTar.Len())
+	envLayer := bytesLayer(envTar.Bytes())
 
 	// The project's whole history, for import --git.
 	repo := filepath.Join(dst, "textkit")
