@@ -5,7 +5,7 @@
 # images that share layers, as an OCI layout (oci/, tags base, env,
 # instance) and docker-archive tarballs (env.tar, instance.tar); and the
 # SWE-bench-shaped images on the same base (tags sweb.env.textkit,
-# sweb.eval.textkit__textkit-1 and -2: python3-pytest, git and patch from
+# sweb.eval.textkit_1776_textkit-1 and -2: python3-pytest, git and patch from
 # the archive, a project's repository at /testbed, /eval.sh) with the
 # project, dataset rows and predictions under swebench/. The cache is
 # keyed by the hash of this script and of the generator: change either

@@ -4,8 +4,8 @@ package main
 // environment tests read.
 //
 //	sweb.env.textkit              = [base, swe-env]
-//	sweb.eval.textkit__textkit-1  = [base, swe-env, instance-1]
-//	sweb.eval.textkit__textkit-2  = [base, swe-env, instance-2]
+//	sweb.eval.textkit_1776_textkit-1  = [base, swe-env, instance-1]
+//	sweb.eval.textkit_1776_textkit-2  = [base, swe-env, instance-2]
 //
 // base is the images' shared Debian root (python3); swe-env is what
 // installing python3-pytest, git and patch from the Debian archive changed
@@ -566,7 +566,9 @@ func swebench(baseTar, sweTar, out string, baseLayer v1.Layer, mk func(string, [
 			file("root/setup_repo.sh", "#!/bin/bash\nset -euxo pipefail\ngit clone -o origin textkit /testbed\ncd /testbed\ngit reset --hard "+base+"\ngit remote remove origin\n").m(0o755),
 			whiteout("root/.wh.setup_env.sh"),
 		)
-		tag := "sweb.eval." + tk.id
+		// SWE-bench's Docker Hub spelling: an OCI reference name has no
+		// "__" (skopeo refuses the tag otherwise).
+		tag := "sweb.eval." + strings.ReplaceAll(tk.id, "__", "_1776_")
 		images = append(images, tagged{tag, mk(tag, []v1.Layer{baseLayer, envLayer, bytesLayer(layerTar(inst))}, v1.Config{
 			Env: []string{envPath, "LANG=C.UTF-8"}, WorkingDir: "/testbed", Cmd: []string{"/bin/bash"},
 			Labels: map[string]string{"org.strata.test": "sweb.eval", "org.strata.instance": tk.id},

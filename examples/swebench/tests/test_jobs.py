@@ -11,14 +11,14 @@ import harness
 import jobs
 from grading import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
 
-ROW = {"instance_id": "textkit__textkit-1", "repo": "textkit/textkit", "base_commit": "0" * 40, "image": "sweb.eval.textkit__textkit-1"}
+ROW = {"instance_id": "textkit__textkit-1", "repo": "textkit/textkit", "base_commit": "0" * 40, "image": "sweb.eval.textkit_1776_textkit-1"}
 
 
 def test_image_job():
     j = jobs.build_job(ROW, "diff", files_dir="/runs/r/files/textkit__textkit-1", mode="image",
-                       image_branch="swebench/image/sweb.eval.textkit__textkit-1", timeout=100)
+                       image_branch="swebench/image/sweb.eval.textkit_1776_textkit-1", timeout=100)
     assert j["id"] == "textkit__textkit-1"
-    assert j["from"] == "swebench/image/sweb.eval.textkit__textkit-1"
+    assert j["from"] == "swebench/image/sweb.eval.textkit_1776_textkit-1"
     assert "root" not in j and "at" not in j
     assert j["cwd"] == "/testbed" and j["timeout"] == 160 and j["env"] == {"HOME": "/root"}
     assert j["cmd"][:2] == ["bash", "-c"]
@@ -72,7 +72,7 @@ def test_dry_run(tmp_path, capsys):
     lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
     # The empty gold patch is not run, as SWE-bench runs none.
     assert [l["id"] for l in lines] == ["textkit__textkit-1"]
-    assert lines[0]["from"] == "swebench/image/sweb.eval.textkit__textkit-1"
+    assert lines[0]["from"] == "swebench/image/sweb.eval.textkit_1776_textkit-1"
 
 
 # The script, run: a repository in a temporary directory is /testbed.
