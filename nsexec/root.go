@@ -80,6 +80,9 @@ func newWireRoot(spec *Spec) *wireRoot {
 	return &wireRoot{Mount: cfg, HostNet: r.HostNet, Binds: r.Binds, User: r.User}
 }
 
+// root encodes wireRoot: every field, the overlay's as config does
+// (TestWireFields guards overlayfs.Config for both; TestRootCodec guards
+// wireRoot).
 func (e *encoder) root(r *wireRoot) {
 	e.bool(r != nil)
 	if r == nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/landlock"
+	"github.com/stratafs/strata/overlayfs"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -550,4 +552,36 @@ func TestImageRootCosts(t *testing.T) {
 			ok(Exec(ctx, s.Dir, Command{Argv: []string{"true"}, Env: rootEnv()}, nil, nil, nil))
 		})
 	})
+}
+
+// TestRootCodec: a configuration with an image root survives the wire
+// (each field of wireRoot, the overlay's too), and every truncation of
+// it is refused.
+func TestRootCodec(t *testing.T) {
+	cfg := &childConfig{Version: protoVersion, Name: "ws", Dir: "/s", Target: "/testbed",
+		Mount:  overlayfs.Config{Lowers: []string{"/p1"}, Upper: "/pu", Work: "/pw", UserXattr: true},
+		Method: overlayfs.Fsconfig, UserNS: true,
+		Root: &wireRoot{Mount: overlayfs.Config{Lowers: []string{"/i1", "/i2"}, Upper: "/u", Work: "/w", UserXattr: true, RedirectDir: true, Volatile: true},
+			HostNet: true, Binds: []Bind{{Source: "/h", Target: "/in", RW: true}}, User: "app:staff"}}
+	var e encoder
+	e.config(cfg)
+	d := decoder{b: e.b}
+	back, err := d.config()
+	if err != nil || !reflect.DeepEqual(back, cfg) {
+		t.Errorf("config: %+v, %v;\nwant %+v", back, err, cfg)
+	}
+	for cut := range len(e.b) {
+		d := decoder{b: e.b[:cut]}
+		if _, err := d.config(); err == nil {
+			t.Fatalf("config cut at %d of %d decoded", cut, len(e.b))
+		}
+	}
+	if n := reflect.TypeOf(wireRoot{}).NumField(); n != 4 {
+		t.Errorf("wireRoot has %d fields; the codec (root.go) carries 4: encode the new one", n)
+	}
+	spec := Spec{Root: &Root{Lowers: []string{"/i"}, Upper: "/u", Work: "/w", User: "1000"}, Volatile: true}
+	spec.Features.Euid = 1000
+	if r := newWireRoot(&spec); !r.Mount.UserXattr || !r.Mount.Volatile || r.User != "1000" || len(r.Mount.Lowers) != 1 {
+		t.Errorf("newWireRoot: %+v", r)
+	}
 }
