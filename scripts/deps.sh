@@ -24,6 +24,8 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v umoci >/dev/null || need+=(umoci)
 # skopeo inspects what strata push wrote (integration/push_test.go).
 command -v skopeo >/dev/null || need+=(skopeo)
+# patch: the SWE-bench example's last patch fallback (examples/swebench/tests).
+command -v patch >/dev/null || need+=(patch)
 # The MCP Inspector (TestMCPInspector), installed by make mcp-inspector.
 command -v npm >/dev/null || need+=(npm)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
