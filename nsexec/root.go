@@ -578,8 +578,15 @@ func (pl *rootPlacer) mountPoint(p string, file bool) (real, warning string, err
 }
 
 // makeIn makes p in the root: its missing parents as directories, p a
-// directory or an empty file; each step resolved inside the root.
+// directory or an empty file; each step resolved inside the root. A
+// dangling symlink of the image on the way (an /etc/resolv.conf that
+// leads to systemd-resolved's file) is followed: what it names is made,
+// as runc does for a mount point.
 func (pl *rootPlacer) makeIn(p string, file bool) error {
+	return pl.makeInHops(p, file, 0)
+}
+
+func (pl *rootPlacer) makeInHops(p string, file bool, hops int) error {
 	parts := splitPath(p)
 	for i := range parts {
 		cur := "/" + strings.Join(parts[:i+1], "/")
@@ -591,9 +598,22 @@ func (pl *rootPlacer) makeIn(p string, file bool) error {
 		if err != unix.ENOENT {
 			return &fs.PathError{Op: "resolve", Path: cur, Err: err}
 		}
-		pfd, err := pl.resolveIn(filepath.Dir(cur))
+		parent := filepath.Dir(cur)
+		pfd, err := pl.resolveIn(parent)
 		if err != nil {
-			return &fs.PathError{Op: "resolve", Path: filepath.Dir(cur), Err: err}
+			return &fs.PathError{Op: "resolve", Path: parent, Err: err}
+		}
+		buf := make([]byte, unix.PathMax)
+		if n, lerr := unix.Readlinkat(pfd, parts[i], buf); lerr == nil {
+			unix.Close(pfd)
+			if hops++; hops > 40 {
+				return &fs.PathError{Op: "resolve", Path: p, Err: unix.ELOOP}
+			}
+			target := string(buf[:n])
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(parent, target) // Join keeps ".." within /
+			}
+			return pl.makeInHops(filepath.Join(append([]string{target}, parts[i+1:]...)...), file, hops)
 		}
 		if i == len(parts)-1 && file {
 			err = unix.Mknodat(pfd, parts[i], unix.S_IFREG|0o644, 0)

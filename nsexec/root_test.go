@@ -585,3 +585,45 @@ func TestRootCodec(t *testing.T) {
 		t.Errorf("newWireRoot: %+v", r)
 	}
 }
+
+// TestImageRootHiddenMountPoints: where an image hides a mount point the
+// init layer provides — /etc/resolv.conf a dangling symlink into /run,
+// a bind target under a whited-out /srv — the mount point is made in the
+// root (its upper) and the mounts still happen; keeper.log says so.
+func TestImageRootHiddenMountPoints(t *testing.T) {
+	both(t, func(t *testing.T) {
+		if _, err := os.Stat("/etc/resolv.conf"); err != nil {
+			t.Skip("the host has no /etc/resolv.conf")
+		}
+		spec := rootSpec(t)
+		top := filepath.Join(t.TempDir(), "top")
+		if err := os.MkdirAll(filepath.Join(top, "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("../run/systemd/resolve/stub-resolv.conf", filepath.Join(top, "etc/resolv.conf")); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(filepath.Join(top, "srv"), unix.S_IFCHR, 0); err != nil {
+			t.Fatalf("whiteout: %v", err)
+		}
+		// The layer's etc is the image's: the same mode.
+		os.Chmod(filepath.Join(top, "etc"), 0o755)
+		spec.Root.Lowers = append([]string{top}, spec.Root.Lowers...)
+		outside := outsideDir(t)
+		spec.Root.Binds = []Bind{{Source: outside, Target: "/srv/data"}}
+		startKeeper(t, spec)
+		want, _ := os.ReadFile("/etc/resolv.conf")
+		r := execIn(t, spec, Command{Argv: []string{"sh", "-c", "cat /etc/resolv.conf && readlink /etc/resolv.conf && cat /srv/data/secret"}, Env: rootEnv()})
+		if r.Code != 0 || r.stdout != string(want)+"../run/systemd/resolve/stub-resolv.conf\nsecret\n" {
+			t.Errorf("hidden mount points: %v %q %q", r.ExitStatus, r.stdout, r.stderr)
+		}
+		got := strings.Join(upperNames(t, spec.Root.Upper), " ")
+		if got != "run run/systemd run/systemd/resolve run/systemd/resolve/stub-resolv.conf srv srv/data" {
+			t.Errorf("the root's upper holds %q; want the two mount points the image hid", got)
+		}
+		log, _ := os.ReadFile(filepath.Join(spec.Dir, "keeper.log"))
+		if strings.Count(string(log), "the image hides the mount point") != 2 {
+			t.Errorf("keeper.log does not warn twice:\n%s", log)
+		}
+	})
+}
