@@ -627,3 +627,22 @@ func TestImageRootHiddenMountPoints(t *testing.T) {
 		}
 	})
 }
+
+// TestImageRootFallback: keepers and runs of an image root by
+// re-executing the (cgo) running binary instead of strata-init.
+func TestImageRootFallback(t *testing.T) {
+	both(t, func(t *testing.T) {
+		old := initOverride
+		initOverride = Self
+		t.Cleanup(func() { initOverride = old })
+		spec := rootSpec(t)
+		startKeeper(t, spec)
+		want := fmt.Sprintf("0\nCapEff:\t%016x\n", uint64(ContainerCaps))
+		if r := execIn(t, spec, Command{Argv: []string{"sh", "-c", "id -u; grep CapEff: /proc/self/status"}, Env: rootEnv()}); r.stdout != want {
+			t.Errorf("Exec: %v %q %q; want %q", r.ExitStatus, r.stdout, r.stderr, want)
+		}
+		if r, err := runIn(t, context.Background(), spec, Command{Argv: []string{"sh", "-c", "grep -c ^VERSION_CODENAME=bookworm /etc/os-release; exit 9"}, Env: rootEnv()}); err != nil || r.Code != 9 || r.stdout != "1\n" {
+			t.Errorf("Run: %v, %v %q %q", r.ExitStatus, err, r.stdout, r.stderr)
+		}
+	})
+}
