@@ -47,12 +47,28 @@ func envLayers(t *testing.T) []string {
 	imgs := testutil.Images(t)
 	features(t)
 	imageOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "strata-nsexec-image-")
-		if err != nil {
+		// One store and layer cache per uid and image build, kept for the
+		// other processes of the run (each rootless test is one) and
+		// removed by the first process at its end: an import that finds
+		// the image there reads no layer.
+		// Named by the run (the first process's pid: a rootless child's
+		// parent), so that two runs never share or remove each other's.
+		run := os.Getpid()
+		if stage() == "rootless" {
+			run = os.Getppid()
+		}
+		cacheDir := func(uid int) string {
+			return filepath.Join(os.TempDir(), fmt.Sprintf("strata-nsexec-image-%d-%d", run, uid))
+		}
+		dir := cacheDir(os.Getuid())
+		if stage() != "rootless" {
+			uid, _ := testUID()
+			cleanupDirs = append(cleanupDirs, dir, cacheDir(uid))
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			imageErr = err
 			return
 		}
-		cleanupDirs = append(cleanupDirs, dir)
 		imageStore = filepath.Join(dir, "store")
 		s, err := store.Open(imageStore, store.Options{})
 		if err != nil {
