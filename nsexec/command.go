@@ -128,7 +128,8 @@ func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsP
 	res := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: see above
-		s, err := startOnThisThread(r, c, files, dir, capsPolicy{drop: dropCaps, keep: caps.keep}, v)
+		caps.drop = dropCaps
+		s, err := startOnThisThread(r, c, files, dir, caps, v)
 		res <- result{s, err}
 	}()
 	out := <-res
@@ -141,6 +142,10 @@ func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsP
 type capsPolicy struct {
 	drop bool
 	keep uint64 // a mask of capability numbers
+	// image: an image root's command, started as user (Root.User,
+	// looked up in the root).
+	image bool
+	user  string
 }
 
 // idCaps (a mask) are what commands keep in a workspace that maps
@@ -167,6 +172,11 @@ const ContainerCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP
 // (clearAmbientCaps); with them, each command keeps idCaps
 // (dropCapabilities on its thread).
 func settleCaps(cfg *childConfig) capsPolicy {
+	if cfg.Root != nil {
+		// Root inside an image, rootless or not, holds a container's
+		// capabilities (its own user namespace's, rootless).
+		return capsPolicy{drop: true, keep: ContainerCaps, image: true, user: cfg.Root.User}
+	}
 	if !cfg.UserNS {
 		return capsPolicy{}
 	}
@@ -237,6 +247,19 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps 
 		return notRun(code, msg)
 	}
 
+	var cred *syscall.Credential
+	if caps.image {
+		// Looked up per command (a command may have added the user),
+		// before Landlock narrows what the thread may read.
+		id, err := lookupUser(caps.user)
+		if err != nil {
+			return nil, fmt.Errorf("image root: %w", err)
+		}
+		if cred, err = id.credential(); err != nil {
+			return nil, fmt.Errorf("image root: %w", err)
+		}
+	}
+
 	if c.NetNone {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return nil, fmt.Errorf("private network namespace: unshare(CLONE_NEWNET): %w", err)
@@ -267,7 +290,7 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps 
 		}
 	}
 
-	sys := &syscall.SysProcAttr{}
+	sys := &syscall.SysProcAttr{Credential: cred}
 	if c.TTY {
 		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
 	} else {

@@ -26,6 +26,10 @@
 //     namespace (NetNone), a Landlock ruleset and seccomp BPF programs,
 //     planned and compiled by the parent (landlock.Plan, seccomp.Compile)
 //     and applied by the child on the thread that forks the command.
+//   - root: what a command sees as /: the host view (the host's mounts,
+//     with the workspace at its path; a sandboxed command's view is
+//     assembled from the host's system directories, view.go), or an image
+//     root (Spec.Root: a container image's layers as /, root.go).
 //   - real root: euid 0 in the initial user namespace. Then no user
 //     namespace is needed (unless Spec.UserNS) and overlay may use
 //     redirect_dir and trusted.* xattrs; everywhere else strata is

@@ -23,8 +23,8 @@ import (
 
 // protoVersion numbers these formats. strata and strata-init from
 // different builds may disagree; a mismatch is refused with a message
-// instead of misread.
-const protoVersion = 5
+// instead of misread. 6: config Root (an image root, root.go).
+const protoVersion = 6
 
 // ProtocolVersion is the keeper protocol's version (protoVersion): a
 // strata and a keeper or strata-init of another version refuse each other.
@@ -54,6 +54,8 @@ type childConfig struct {
 	View []Bind
 	// Command is the one-shot init's command (Run).
 	Command *wireCommand
+	// Root is the image root (Spec.Root), nil for the host view.
+	Root *wireRoot
 }
 
 func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
@@ -71,6 +73,7 @@ func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
 		Binds:   spec.Binds,
 		View:    spec.View,
 		Command: cmd,
+		Root:    newWireRoot(spec),
 	}
 }
 
@@ -275,6 +278,7 @@ func (e *encoder) config(c *childConfig) {
 	e.binds(c.Binds)
 	e.binds(c.View)
 	e.command(c.Command)
+	e.root(c.Root)
 }
 
 func (e *encoder) binds(bs []Bind) {
@@ -324,6 +328,7 @@ func (d *decoder) config() (*childConfig, error) {
 	c.Binds = d.binds()
 	c.View = d.binds()
 	c.Command = d.command()
+	c.Root = d.root()
 	return c, d.err
 }
 

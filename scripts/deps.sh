@@ -33,6 +33,8 @@ command -v skopeo >/dev/null || need+=(skopeo)
 # nor a login session is needed.
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
+# patch: the SWE-bench example's last patch fallback (examples/swebench/tests).
+command -v patch >/dev/null || need+=(patch)
 # The MCP Inspector (TestMCPInspector), installed by make mcp-inspector.
 command -v npm >/dev/null || need+=(npm)
 if [ "${1:-}" = "--bench" ]; then                   # peers measured by make bench
