@@ -51,7 +51,7 @@ func TestCosts(t *testing.T) {
 		startKeeper(t, spec)
 		rs, progs := sandbox(t, spec.Target)
 		f, _ := seccomp.Plan(seccomp.Agent(), runtime.GOARCH)
-		measure("seccomp.Compile (parent side)", 20, func(int) { seccomp.Compile(f) })
+		measure("seccomp.Program (parent side)", 20, func(int) { seccomp.Program(f) })
 		measure("FindKeeper", 1000, func(int) {
 			if _, err := FindKeeper(spec.Dir); err != nil {
 				t.Fatal(err)

@@ -278,7 +278,7 @@ func sandbox(t *testing.T, target string) (*landlock.Ruleset, [][]unix.SockFilte
 	if err != nil {
 		t.Fatal(err)
 	}
-	progs, err := seccomp.Compile(f)
+	progs, err := seccomp.Program(f)
 	if err != nil {
 		t.Fatal(err)
 	}
