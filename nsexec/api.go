@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/overlayfs"
 )
@@ -93,8 +94,18 @@ type Command struct {
 	// Landlock, when not nil, is applied to the command (landlock.Plan).
 	Landlock *landlock.Ruleset
 	// Seccomp, when not nil, are classic BPF programs loaded in order
-	// (seccomp.Compile), after no_new_privs.
+	// (seccomp.Program), after no_new_privs.
 	Seccomp [][]unix.SockFilter
+	// Policy, when not nil, names the sandbox instead of Landlock and
+	// Seccomp: the keeper plans it (sandbox.Build) the first time it is
+	// sent and keeps the plan, so that a repeated exec sends this small
+	// request and the keeper applies a ready ruleset and program; Run
+	// plans it in the caller. A Command carries a Policy or a plan, not
+	// both.
+	Policy *sandbox.Request
+	// Warn, when not nil, is told what the kernel cannot enforce of
+	// Policy (sandbox.Plan.Warnings), before the command starts.
+	Warn func(string)
 	// NetNone runs the command in a private network namespace with only
 	// the loopback interface, up.
 	NetNone bool

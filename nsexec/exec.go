@@ -123,6 +123,11 @@ func Exec(ctx context.Context, dir string, cmd Command, stdin, stdout, stderr *o
 			// Hanging up makes the keeper kill the process group.
 			return ExitStatus{Code: 128 + int(unix.SIGKILL), Signal: unix.SIGKILL}, ctx.Err()
 		case r := <-replies:
+			if r.err == nil && cmd.Warn != nil {
+				for _, w := range r.m.Warnings {
+					cmd.Warn(w)
+				}
+			}
 			switch {
 			case r.err != nil:
 				if errors.Is(r.err, io.EOF) || errors.Is(r.err, io.ErrUnexpectedEOF) {
