@@ -197,18 +197,12 @@ func (r *Repo) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions
 	cmd.View, cmd.Binds = true, vp.Binds
 	cmd.Env = append(cmd.Env, vp.Env...)
 	rw := append([]string{"/var/tmp"}, vp.RW...)
-	plan, err := sandbox.Build(sandbox.Request{
+	// The keeper plans the policy once and keeps the plan; Run plans it here.
+	cmd.Policy = &sandbox.Request{
 		Strict: mode == SandboxStrict, Target: target, Tmp: "/tmp", RO: vp.RO, RW: rw,
 		ConnectTCP: o.AllowConnect, BindTCP: o.AllowBind, RequireABI: o.RequireABI,
-		CacheDir: filepath.Join(r.home, "cache"),
-	})
-	if err != nil {
-		return err
 	}
-	for _, w := range plan.Warnings {
-		warn("sandbox: " + w)
-	}
-	cmd.Landlock, cmd.Seccomp = plan.Landlock, plan.Seccomp
+	cmd.Warn = func(w string) { warn("sandbox: " + w) }
 	return nil
 }
 

@@ -25,7 +25,8 @@ only nsexec overlayfs landlock internal/  # the hot path: it is handed plans and
 only cmd/strata-init nsexec internal/     # the static init: namespaces only
 owner modernc.org/sqlite store          # the one importer of SQLite (DESIGN: "The only importer of sqlite")
 owner github.com/go-git/ worktree       # the one importer of go-git
-owner github.com/seccomp/libseccomp-golang seccomp  # cgo stays in the seccomp package
+owner github.com/seccomp/libseccomp-golang seccomp/internal/compiler  # cgo only in the generator's compiler (strata embeds its output)
+nodeps cmd/strata github.com/seccomp/    # the CLI builds with CGO_ENABLED=0 (docs/hotpath.md)
 owner github.com/google/go-containerregistry image scripts/mkimages  # the one importer of go-containerregistry (and the test-image generator, no part of a binary)
 only mcp                         # the MCP server: thin wrappers over the root package
 nodeps nsexec modernc.org/sqlite github.com/go-git/ github.com/seccomp/  # the hot path links no SQLite, go-git or cgo
