@@ -311,6 +311,9 @@ func orchestrate(ctx context.Context, cfg config) int {
 			if _, err := tree100k.ensure(cfg.cache, b.logf); err != nil {
 				errs = append(errs, "generating trees: "+err.Error())
 			}
+			if _, err := tree100kWide.ensure(cfg.cache, b.logf); err != nil {
+				errs = append(errs, "generating trees: "+err.Error())
+			}
 		}
 	}
 
