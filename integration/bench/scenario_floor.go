@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -97,7 +98,7 @@ func runFloor(b *Bench) error {
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
 			return err
 		}
-		rows = append(rows, floorRow{key: "cfloor", label: "C floor: fork + unshare(USER|NS) + uid/gid map + overlay on tmpfs + exec `true` + teardown", argv: []string{bin, mnt, "/bin/true"}})
+		rows = append(rows, floorRow{key: "cfloor", label: "C floor: fork + unshare(USER+NS) + uid/gid map + overlay on tmpfs + exec `true` + teardown", argv: []string{bin, mnt, "/bin/true"}})
 	}
 	// A row whose tool fails here (no user namespaces for bwrap, say) is
 	// reported as skipped, and the others go on.
@@ -192,7 +193,7 @@ func reportFloor(r *Results) []Table {
 		{"true", "spawning `/bin/true`", ""},
 		{"unshare", "`unshare -Urm true`", "true"},
 		{"bwrap", "`bwrap --bind / / true`", "unshare"},
-		{"cfloor", "C floor: fork + unshare(USER|NS) + uid/gid map + overlay mount on tmpfs + exec `true` + teardown", "true"},
+		{"cfloor", "C floor: fork + unshare(USER+NS) + uid/gid map + overlay mount on tmpfs + exec `true` + teardown", "true"},
 	}
 	for _, row := range rows {
 		cells := []string{row.label, nOf(r, "floor", row.key)}
@@ -217,7 +218,7 @@ func reportFloor(r *Results) []Table {
 		"All rows run interleaved, one of each per round, after three unrecorded rounds; `ws rm` after each create is not timed. The C floor is built by the bench with gcc (integration/bench/scenario_floor.go).",
 	}, r.skips("floor")...)
 	if len(over) > 0 {
-		t.Notes = append(t.Notes, "`run -- true` over spawning `/bin/true` (p50): "+fmt.Sprint(over))
+		t.Notes = append(t.Notes, "`run -- true` over spawning `/bin/true` (p50): "+strings.Join(over, ", "))
 	}
 	return []Table{t}
 }
