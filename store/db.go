@@ -357,6 +357,7 @@ func (s *Store) Close() error {
 	if s.fast != nil {
 		err = s.fast.Close()
 	}
+	s.checkpointIfLarge(s.db)
 	if e := s.db.Close(); e != nil {
 		err = e
 	}

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkOpenWriteClose is a CLI call that writes: Open, one durable
+// transaction (a branch moves), Close — what ws create, commit and branch
+// pay besides their own work. It is where re-creating the -wal and -shm
+// files and the checkpoint of the last connection's close showed.
+func BenchmarkOpenWriteClose(b *testing.B) {
+	dir := b.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := commitFile(b, s, "main", ZeroID, "f", []byte("x"))
+	s.Close()
+	i := 0
+	for b.Loop() {
+		s, err := Open(dir, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if err := s.Update(context.Background(), func(tx *Tx) error {
+			return tx.SetRef(fmt.Sprint("b", i), ZeroID, c)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
+	}
+}
+
+// TestWALKeptAtClose: closing the last connection leaves strata.db-wal
+// (with the transaction in it: no checkpoint) and -shm in place; the next
+// open, read-write or read-only, sees the transaction; a WAL larger than
+// walCloseCheckpoint is checkpointed by Close.
+func TestWALKeptAtClose(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := commitFile(t, s, "main", ZeroID, "f", []byte("x"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wal := filepath.Join(dir, DBName+"-wal")
+	fi, err := os.Stat(wal)
+	if err != nil || fi.Size() == 0 {
+		t.Fatalf("after Close: %s: %v (size %d); want the WAL kept, not checkpointed", wal, err, sizeOf(fi))
+	}
+	if _, err := os.Stat(filepath.Join(dir, DBName+"-shm")); err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	for _, ro := range []bool{false, true} {
+		s, err := Open(dir, Options{ReadOnly: ro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got ID
+		err = s.View(context.Background(), func(tx *Tx) error { got, err = tx.Ref("main"); return err })
+		s.Close()
+		if err != nil || got != c {
+			t.Fatalf("reopened (read-only %v): main = %s, %v; want %s", ro, got.Short(), err, c.Short())
+		}
+	}
+	// A WAL grown past the limit: Close checkpoints it (and, the WAL
+	// persisting, truncates it to journal_size_limit or less).
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec("PRAGMA wal_autocheckpoint = 0"); err != nil {
+		t.Fatal(err)
+	}
+	big := randBytes(7, walCloseCheckpoint+(1<<20))
+	commitFile(t, s, "big", ZeroID, "big", big)
+	fi, _ = os.Stat(wal)
+	if sizeOf(fi) <= walCloseCheckpoint {
+		t.Fatalf("WAL %d bytes after a %d-byte commit", sizeOf(fi), len(big))
+	}
+	db := filepath.Join(dir, DBName)
+	before, _ := os.Stat(db)
+	s.Close()
+	after, _ := os.Stat(db)
+	if sizeOf(after)-sizeOf(before) < int64(len(big))/2 {
+		t.Fatalf("Close of a %d-byte WAL: strata.db %d → %d bytes; want the WAL checkpointed into it", sizeOf(fi), sizeOf(before), sizeOf(after))
+	}
+}
+
+func sizeOf(fi os.FileInfo) int64 {
+	if fi == nil {
+		return -1
+	}
+	return fi.Size()
+}
