@@ -96,6 +96,17 @@ type started struct {
 // (Command.Policy): a keeper plans each once for its life.
 var policies sandbox.Cache
 
+// errPolicy marks a sandbox policy the keeper could not plan (a Landlock
+// ABI requirement the kernel does not meet): Exec returns it as the
+// caller's own planning error would read, without naming the keeper.
+var errPolicy = errors.New("sandbox policy")
+
+type policyError struct{ err error }
+
+func (e policyError) Error() string        { return e.err.Error() }
+func (e policyError) Unwrap() error        { return e.err }
+func (e policyError) Is(target error) bool { return target == errPolicy }
+
 // planPolicy replaces c's Policy by its plan (from policies), and
 // returns a copy of c and what the kernel cannot enforce.
 func planPolicy(c *wireCommand) (*wireCommand, []string, error) {
@@ -107,7 +118,7 @@ func planPolicy(c *wireCommand) (*wireCommand, []string, error) {
 	}
 	plan, hit, err := policies.Get(*c.Policy)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, policyError{err}
 	}
 	if !hit {
 		logf("sandbox: planned a policy (%d kept)", policies.Len())

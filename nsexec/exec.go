@@ -138,6 +138,9 @@ func Exec(ctx context.Context, dir string, cmd Command, stdin, stdout, stderr *o
 				}
 				return ExitStatus{}, fmt.Errorf("nsexec: exec in %s: %w", dir, r.err)
 			case r.m.Error != nil:
+				if err := r.m.Error.err(); errors.Is(err, errPolicy) {
+					return ExitStatus{}, err // as if planned here: nothing ran
+				}
 				return ExitStatus{}, fmt.Errorf("nsexec: exec in %s: %w", dir, r.m.Error.err())
 			case r.m.Started > 0:
 				started = true

@@ -670,6 +670,7 @@ var sentinels = map[string]error{
 	"options_too_long":   overlayfs.ErrOptionsTooLong,
 	"landlock_unsupport": landlock.ErrUnsupported,
 	"no_userns":          ErrNoUserNS,
+	"sandbox_policy":     errPolicy,
 }
 
 func toWireError(err error) *wireError {
