@@ -43,7 +43,8 @@ func init() {
 
 // walCloseCheckpoint: a Close that finds the WAL larger checkpoints it
 // first (a long reader kept the automatic checkpoints from resetting it).
-const walCloseCheckpoint = 16 << 20
+// A variable for tests.
+var walCloseCheckpoint int64 = 16 << 20
 
 // noCheckpointOnClose sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on a
 // connection of the modernc driver, which does not expose
