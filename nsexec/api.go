@@ -74,9 +74,9 @@ type Bind struct {
 // namespace: always unless real root, and as real root when asked.
 func (s *Spec) userNS() bool { return s.UserNS || !RealRoot() }
 
-// Command is a command to run in a workspace, with its sandbox. Landlock
-// and Seccomp are planned and compiled by the parent; the child only makes
-// the syscalls, right before exec.
+// Command is a command to run in a workspace, with its sandbox: a Policy
+// the keeper plans (once per policy), or Landlock and Seccomp planned by
+// the caller; the child only makes the syscalls, right before exec.
 type Command struct {
 	// Argv is the command and its arguments. Argv[0] without a slash is
 	// looked up in the PATH of Env.
