@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -98,4 +99,53 @@ func sizeOf(fi os.FileInfo) int64 {
 		return -1
 	}
 	return fi.Size()
+}
+
+// TestFullWithWAL: on a full filesystem a store whose close left its WAL
+// opens (the -shm need not grow) but read-only, as Full, with what the WAL
+// holds readable and writes refused as ErrNoSpace before they start.
+func TestFullWithWAL(t *testing.T) {
+	requireMount(t)
+	dir := t.TempDir()
+	mount(t, "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir)
+	unmountAtCleanup(t, dir)
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := commitFile(t, s, "main", ZeroID, "f", []byte("in the WAL"))
+	s.Close()
+	if fi, err := os.Stat(filepath.Join(dir, DBName+"-wal")); err != nil || fi.Size() == 0 {
+		t.Fatalf("no WAL after close: %v", err)
+	}
+	f, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	f.Close()
+	if !FSFull(dir) {
+		t.Fatal("not full")
+	}
+	s, err = Open(dir, Options{ReadOnlyWhenFull: true})
+	if err != nil {
+		t.Fatalf("open on a full filesystem: %v", err)
+	}
+	defer s.Close()
+	if !s.Full() || !s.ReadOnly() {
+		t.Errorf("Full %v, ReadOnly %v; want both", s.Full(), s.ReadOnly())
+	}
+	var got ID
+	err = s.View(context.Background(), func(tx *Tx) error { got, err = tx.Ref("main"); return err })
+	if err != nil || got != c {
+		t.Errorf("main = %s, %v; want %s (from the WAL)", got.Short(), err, c.Short())
+	}
+	if _, err := s.NewWriter(context.Background(), "x"); !errors.Is(err, ErrNoSpace) {
+		t.Errorf("NewWriter on a full store: %v; want ErrNoSpace", err)
+	}
 }
