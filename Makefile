@@ -46,11 +46,14 @@ export STRATA_CORPUS STRATA_CACHE STRATA_IMAGES
 
 all: build
 
+# Every binary is built without cgo (static, no libseccomp at run time):
+# the seccomp programs are compiled once by libseccomp at `go generate`
+# time and embedded (seccomp/programs_gen.go, docs/sandbox.md).
 build:
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata ./cmd/strata
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata ./cmd/strata
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
 
 deps:
 	@bash scripts/deps.sh

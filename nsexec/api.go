@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/overlayfs"
 )
@@ -127,9 +128,9 @@ type Bind struct {
 // namespace: always unless real root, and as real root when asked.
 func (s *Spec) userNS() bool { return s.UserNS || !RealRoot() }
 
-// Command is a command to run in a workspace, with its sandbox. Landlock
-// and Seccomp are planned and compiled by the parent; the child only makes
-// the syscalls, right before exec.
+// Command is a command to run in a workspace, with its sandbox: a Policy
+// the keeper plans (once per policy), or Landlock and Seccomp planned by
+// the caller; the child only makes the syscalls, right before exec.
 type Command struct {
 	// Argv is the command and its arguments. Argv[0] without a slash is
 	// looked up in the PATH of Env.
@@ -147,8 +148,18 @@ type Command struct {
 	// Landlock, when not nil, is applied to the command (landlock.Plan).
 	Landlock *landlock.Ruleset
 	// Seccomp, when not nil, are classic BPF programs loaded in order
-	// (seccomp.Compile), after no_new_privs.
+	// (seccomp.Program), after no_new_privs.
 	Seccomp [][]unix.SockFilter
+	// Policy, when not nil, names the sandbox instead of Landlock and
+	// Seccomp: the keeper plans it (sandbox.Build) the first time it is
+	// sent and keeps the plan, so that a repeated exec sends this small
+	// request and the keeper applies a ready ruleset and program; Run
+	// plans it in the caller. A Command carries a Policy or a plan, not
+	// both.
+	Policy *sandbox.Request
+	// Warn, when not nil, is told what the kernel cannot enforce of
+	// Policy (sandbox.Plan.Warnings), before the command starts.
+	Warn func(string)
 	// NetNone runs the command in a private network namespace with only
 	// the loopback interface, up.
 	NetNone bool

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 )
 
@@ -86,6 +87,49 @@ type started struct {
 	// (not found) or 126 (not executable), as a shell reports them; the
 	// message is on the command's stderr.
 	notRun *ExitStatus
+	// warnings say what the kernel cannot enforce of the command's
+	// Policy.
+	warnings []string
+}
+
+// policies are the sandbox plans of the policies this process was sent
+// (Command.Policy): a keeper plans each once for its life.
+var policies sandbox.Cache
+
+// errPolicy marks a sandbox policy the keeper could not plan (a Landlock
+// ABI requirement the kernel does not meet): Exec returns it as the
+// caller's own planning error would read, without naming the keeper.
+var errPolicy = errors.New("sandbox policy")
+
+type policyError struct{ err error }
+
+func (e policyError) Error() string        { return e.err.Error() }
+func (e policyError) Unwrap() error        { return e.err }
+func (e policyError) Is(target error) bool { return target == errPolicy }
+
+// planPolicy replaces c's Policy by its plan (from policies), and
+// returns a copy of c and what the kernel cannot enforce.
+func planPolicy(c *wireCommand) (*wireCommand, []string, error) {
+	if c.Policy == nil {
+		return c, nil, nil
+	}
+	if c.Landlock != nil || len(c.Seccomp) > 0 {
+		return nil, nil, errors.New("a command carries a sandbox policy or a planned sandbox, not both")
+	}
+	plan, hit, err := policies.Get(*c.Policy)
+	if err != nil {
+		return nil, nil, policyError{err}
+	}
+	if !hit {
+		logf("sandbox: planned a policy (%d kept)", policies.Len())
+	}
+	cc := *c
+	cc.Policy, cc.Landlock = nil, plan.Landlock
+	cc.Seccomp = make([]bpfProgram, len(plan.Seccomp))
+	for i, p := range plan.Seccomp {
+		cc.Seccomp[i] = p
+	}
+	return &cc, plan.Warnings, nil
 }
 
 // startCommand starts c with files as its stdin, stdout and stderr,
@@ -109,6 +153,19 @@ type started struct {
 // about 0.15 ms) when nothing has to be dropped: as real root, or once
 // clearAmbientCaps has made every execve drop the capabilities.
 func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
+	c, warnings, err := planPolicy(c)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startPlanned(r, c, files, dir, caps, v)
+	if s != nil {
+		s.warnings = warnings
+	}
+	return s, err
+}
+
+// startPlanned is startCommand once c's sandbox is planned.
+func startPlanned(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
 	if c.View && v == nil {
 		return nil, errors.New("the command asks for a view and there is none")
 	}
@@ -473,7 +530,7 @@ func dropCapabilities(keep uint64) error {
 	return nil
 }
 
-// loadSeccomp loads classic BPF programs (seccomp.Compile's) on the
+// loadSeccomp loads classic BPF programs (seccomp.Program's) on the
 // calling thread, after no_new_privs, which the kernel requires of a
 // caller without CAP_SYS_ADMIN and which keeps setuid programs from
 // gaining privileges inside the sandbox. Without TSYNC: only this

@@ -485,7 +485,7 @@ func TestImageRootSandbox(t *testing.T) {
 	both(t, func(t *testing.T) {
 		spec := rootSpec(t)
 		startKeeper(t, spec)
-		_, progs := sandbox(t, "/")
+		_, progs := agentSandbox(t, "/")
 		abi, _ := landlock.ABI()
 		rs, err := landlock.Plan(landlock.Policy{RW: []string{"/"}, ScopeSignals: true, ScopeAbstractUnix: true}, abi)
 		if err != nil {

@@ -125,8 +125,8 @@ func (m *Manager) buildCommand(target string, opts CommandOptions) (nsexec.Comma
 	return cmd, nil
 }
 
-// applySandbox plans the Landlock and seccomp policies of a sandbox mode
-// for this kernel and adds them to cmd.
+// applySandbox adds a sandbox mode's policy to cmd: the keeper plans
+// Landlock and takes the seccomp program once per policy (nsexec).
 func (m *Manager) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions) error {
 	mode := o.Mode
 	if mode == "" {
@@ -167,18 +167,12 @@ func (m *Manager) applySandbox(cmd *nsexec.Command, target string, o SandboxOpti
 	cmd.View, cmd.Binds = true, vp.Binds
 	cmd.Env = append(cmd.Env, vp.Env...)
 	rw := append([]string{"/var/tmp"}, vp.RW...)
-	plan, err := sandbox.Build(sandbox.Request{
+	// The keeper plans the policy once and keeps the plan; Run plans it here.
+	cmd.Policy = &sandbox.Request{
 		Strict: mode == SandboxStrict, Target: target, Tmp: "/tmp", RO: vp.RO, RW: rw,
 		ConnectTCP: o.AllowConnect, BindTCP: o.AllowBind, RequireABI: o.RequireABI,
-		CacheDir: m.Layout.Cache(),
-	})
-	if err != nil {
-		return err
 	}
-	for _, w := range plan.Warnings {
-		warn("sandbox: " + w)
-	}
-	cmd.Landlock, cmd.Seccomp = plan.Landlock, plan.Seccomp
+	cmd.Warn = func(w string) { warn("sandbox: " + w) }
 	return nil
 }
 
