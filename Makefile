@@ -51,7 +51,8 @@ all: build
 # time and embedded (seccomp/programs_gen.go, docs/sandbox.md).
 build:
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata ./cmd/strata
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata ./cmd/strata
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-core ./cmd/strata-core
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
 
@@ -155,5 +156,5 @@ clean:
 # urfave/cli's docs support (the installed binary does not: see GOFLAGS_BUILD).
 man:
 	@mkdir -p $(BIN)/man/man1
-	$(GO) run -trimpath ./cmd/strata __man > $(BIN)/man/man1/strata.1
+	$(GO) run -trimpath ./cmd/strata-core __man > $(BIN)/man/man1/strata.1
 	@echo "man -l $(BIN)/man/man1/strata.1"

@@ -31,12 +31,22 @@ func TestInitDeps(t *testing.T) {
 			t.Errorf("strata-init depends on %s", dep)
 		}
 	}
-	// strata: no libseccomp whatever CGO_ENABLED says, and no cgo at all
-	// without it (make build).
-	for _, env := range [][]string{nil, {"CGO_ENABLED=0"}} {
-		for _, dep := range deps("github.com/stratafs/strata/cmd/strata", env...) {
-			if strings.Contains(dep, "libseccomp") || strings.Contains(dep, "seccomp/internal/compiler") || len(env) > 0 && dep == "runtime/cgo" {
-				t.Errorf("strata (%v) depends on %s", env, dep)
+	// strata (the front) and strata-core: no libseccomp whatever
+	// CGO_ENABLED says, and no cgo at all without it (make build).
+	for _, cmd := range []string{"strata", "strata-core"} {
+		for _, env := range [][]string{nil, {"CGO_ENABLED=0"}} {
+			for _, dep := range deps("github.com/stratafs/strata/cmd/"+cmd, env...) {
+				if strings.Contains(dep, "libseccomp") || strings.Contains(dep, "seccomp/internal/compiler") || len(env) > 0 && dep == "runtime/cgo" {
+					t.Errorf("%s (%v) depends on %s", cmd, env, dep)
+				}
+			}
+		}
+	}
+	// The front links none of the core's weight (docs/hotpath.md).
+	for _, dep := range deps("github.com/stratafs/strata/cmd/strata", "CGO_ENABLED=0") {
+		for _, heavy := range []string{"sqlite", "go-git", "go-containerregistry", "urfave/cli", "net/http"} {
+			if strings.Contains(dep, heavy) {
+				t.Errorf("the strata front depends on %s", dep)
 			}
 		}
 	}

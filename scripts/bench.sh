@@ -32,8 +32,8 @@ tmp=$(mktemp -d /tmp/strata-bench-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO build -trimpath -o "$tmp/bench" ./integration/bench
-cp bin/strata bin/strata-init bin/strata-mcp "$tmp/"
-chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-init" "$tmp/strata-mcp"
+cp bin/strata bin/strata-core bin/strata-init bin/strata-mcp "$tmp/"
+chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-core" "$tmp/strata-init" "$tmp/strata-mcp"
 # The baseline for the view scenario: the same build of an earlier
 # revision (git archive: no worktree is registered), beside its strata-init.
 base_rev=${BENCH_BASE_REV:-}
@@ -46,11 +46,13 @@ if [ -n "$base_rev" ] && [ "$base_rev" != none ]; then
   echo "bench: building the baseline $short for the view scenario" >&2
   mkdir -p "$tmp/base-src" "$tmp/base"
   git archive "$base_rev" | tar -x -C "$tmp/base-src"
+  # A revision from before the front (cmd/strata-core) has one CLI binary.
   (cd "$tmp/base-src" && $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata ./cmd/strata &&
-    CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata-init ./cmd/strata-init)
+    CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata-init ./cmd/strata-init &&
+    if [ -d cmd/strata-core ]; then CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata-core ./cmd/strata-core; fi)
   # Copied, as the current binaries are: files written alike start alike.
-  cp "$tmp/base-src/bin/strata" "$tmp/base-src/bin/strata-init" "$tmp/base/"
-  chmod 755 "$tmp/base" "$tmp/base/strata" "$tmp/base/strata-init"
+  cp "$tmp/base-src/bin/"strata* "$tmp/base/"
+  chmod 755 "$tmp/base" "$tmp/base/"strata*
   rm -rf "$tmp/base-src"
   export BENCH_BASE="$tmp/base/strata" BENCH_BASE_REV="$short"
 fi
