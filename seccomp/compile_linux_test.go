@@ -39,6 +39,7 @@ func TestProgram(t *testing.T) {
 					p = Strict()
 					want = slices.Concat(probeAgent, probeStrictNet)
 				}
+				want = without32(want, caseOp, i386Reachable(t, probe))
 				f, err := Plan(p, runtime.GOARCH)
 				if err != nil {
 					t.Fatal(err)
