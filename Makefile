@@ -4,10 +4,12 @@
 #   make test     unit tests, brief fuzzing, integration tests as root and as an
 #                 unprivileged user (the rootless path is the main path)
 #   make bench    benchmarks against the peers, side by side (see docs/bench.md)
+#   make bench-push  only its push/pull rows (BENCH_ONLY=push make bench)
 #   make fuzz     longer fuzzing of every decoder
 #   make crash    500 SIGKILLs at random instants, fsck after each
 #   make cover    coverage per package: unit tests + both integration passes, merged
-#   make lint     gofmt, go vet, staticcheck, the package graph (scripts/depgraph.sh)
+#   make lint     gofmt, go vet, staticcheck, the package graph (golangci-lint's
+#                 depguard, .golangci.yml; scripts/depgraph.sh for what it links)
 #   make deps     install what a fresh Debian machine lacks (as root), or print how
 #   make man      bin/man/man1/strata.1, from the command tree
 
@@ -24,6 +26,11 @@ STRATA_IMAGES ?= $(STRATA_CACHE)/images
 CORPUS_BUILD ?= $(firstword $(wildcard $(CURDIR)/../shared/corpus/build.sh) $(CURDIR)/integration/corpus/build.sh)
 # The unprivileged user for the rootless pass when make test runs as root.
 STRATA_TEST_USER ?= $(shell id -u strata-test >/dev/null 2>&1 && echo strata-test || echo nobody)
+# golangci-lint, pinned: installed once by `make lint` (with the go tool
+# alone) into the cache, outside the repository.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT_DIR ?= $(STRATA_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+GOLANGCI_LINT := $(GOLANGCI_LINT_DIR)/golangci-lint
 FUZZTIME ?= 3s
 LONGFUZZTIME ?= 2m
 # urfave_cli_no_docs drops the man-page generator (and its markdown parser's
@@ -39,11 +46,15 @@ export STRATA_CORPUS STRATA_CACHE STRATA_IMAGES
 
 all: build
 
+# Every binary is built without cgo (static, no libseccomp at run time):
+# the seccomp programs are compiled once by libseccomp at `go generate`
+# time and embedded (seccomp/programs_gen.go, docs/sandbox.md).
 build:
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata ./cmd/strata
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata ./cmd/strata
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-core ./cmd/strata-core
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
 
 deps:
 	@bash scripts/deps.sh
@@ -117,17 +128,26 @@ cover: build corpus
 bench: build corpus
 	@bash scripts/bench.sh
 
+# The push/pull rows alone (the bench's push scenario).
 bench-push: build corpus
-	@bash scripts/bench-push.sh
+	@BENCH_ONLY=push bash scripts/bench.sh
 
 demo: build
 	@bash scripts/demo.sh
 
-lint:
+# The package graph of DESIGN.md: depguard's rules (.golangci.yml, each
+# with its reason) for what each package imports; scripts/depgraph.sh for
+# what the hot path links, transitively, which depguard cannot see.
+lint: $(GOLANGCI_LINT)
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed: go install honnef.co/go/tools/cmd/staticcheck@latest"; fi
+	$(GOLANGCI_LINT) run ./...
 	@bash scripts/depgraph.sh
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(GOLANGCI_LINT_DIR)
+	GOBIN=$(GOLANGCI_LINT_DIR) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 clean:
 	rm -rf $(BIN)
@@ -136,5 +156,5 @@ clean:
 # urfave/cli's docs support (the installed binary does not: see GOFLAGS_BUILD).
 man:
 	@mkdir -p $(BIN)/man/man1
-	$(GO) run -trimpath ./cmd/strata __man > $(BIN)/man/man1/strata.1
+	$(GO) run -trimpath ./cmd/strata-core __man > $(BIN)/man/man1/strata.1
 	@echo "man -l $(BIN)/man/man1/strata.1"

@@ -2,11 +2,11 @@ package strata
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/stratafs/strata/image"
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/store"
 )
 
@@ -92,18 +92,16 @@ func (r *Repo) DeleteBranch(ctx context.Context, name string, force bool) (store
 		if old, err = tx.Ref(name); err != nil {
 			return fmt.Errorf("branch %q: %w", name, err)
 		}
-		wss, err := tx.Workspaces()
+		wss, err := workspace.List(tx, r.layout)
 		if err != nil {
 			return err
 		}
 		var bound, forked []string
 		for _, w := range wss {
-			var x wsExtra
-			_ = json.Unmarshal(w.Extra, &x)
 			switch {
 			case w.Branch == name:
 				bound = append(bound, w.Name)
-			case x.FromBranch == name:
+			case w.FromBranch == name:
 				forked = append(forked, w.Name)
 			}
 		}

@@ -2,16 +2,11 @@ package strata
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/stratafs/strata/nsexec"
-	"github.com/stratafs/strata/overlayfs"
-	"github.com/stratafs/strata/snapshot"
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/store"
 )
 
@@ -35,152 +30,22 @@ type CommitResult struct {
 	DurationNs  int64 `json:"duration_ns"`
 }
 
-// tree of a workspace: what its merged view holds now.
-type wsTree struct {
-	w      *store.Workspace
-	x      wsExtra
-	base   *store.Commit // the workspace's base commit
-	tree   store.ID      // the merged view as a tree
-	result *snapshot.ApplyResult
-	// The upper as it was read, for the committed-state index; nil when
-	// the upper is empty or could not be walked.
-	state   *upperState
-	changes []overlayfs.Change
-	prev    *committedIndex // the index read (nil: none valid)
-	delta   bool            // applied only the changes since the last commit, to base
-}
-
-// workspaceTree reads a workspace's upper directory into a tree through
-// writer wr: the merged view as it is now. The workspace's processes are
-// stopped (SIGSTOP) while the upper is read, so that no file is caught half
-// written; they continue as soon as the scan is done.
+// workspaceTree reads workspace name's tree through writer wr: the merged
+// view as it is now (workspace.Manager.Read; its processes are stopped
+// while it is read).
 //
 // With deferStatCache the stat cache's update is left to the caller's
 // Finish (result.SaveStatCache).
-func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer, warn func(path, msg string), deferStatCache bool) (*wsTree, error) {
-	w, x, err := r.loadWorkspace(ctx, name)
+func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer, warn func(path, msg string), deferStatCache bool) (*workspace.Record, *workspace.Tree, error) {
+	rec, err := r.loadWorkspace(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	st, err := r.db()
+	t, err := r.ws.Read(ctx, rec, wr, workspace.ReadOptions{Warn: warn, DeferStatCache: deferStatCache})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	mb := x.mountBase(w)
-	var base, mountBase *store.Commit
-	if err := st.View(ctx, func(tx *store.Tx) error {
-		var err error
-		if base, err = tx.Commit(w.Base); err != nil {
-			return err
-		}
-		mountBase, err = tx.Commit(mb)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	out := &wsTree{w: w, x: x, base: base}
-	if err := needSubIDNS(name, x); err != nil {
-		return nil, err
-	}
-	if dirEmpty(x.Upper) {
-		out.tree = mountBase.Tree
-		out.result = &snapshot.ApplyResult{Tree: mountBase.Tree, Stats: mountBase.Stats}
-		return out, nil
-	}
-	lowers, err := r.layerStack(ctx, mb)
-	if err != nil {
-		return nil, err
-	}
-	thaw, err := nsexec.Freeze(w.Dir)
-	if err != nil {
-		return nil, err
-	}
-	defer thaw()
-	flavour := overlayfs.FlavourUser
-	if nsexec.RealRoot() {
-		flavour = overlayfs.FlavourTrusted
-	}
-	// Since the last commit (the committed-state index): only the
-	// entries that changed since and their parents are read; otherwise
-	// everything the upper holds over the mount base's stack.
-	applyTo, applyStats, ucs := mountBase.Tree, mountBase.Stats, []snapshot.UpperChange(nil)
-	state, werr := walkUpper(x.Upper)
-	if werr != nil {
-		state = nil
-	}
-	var changes []overlayfs.Change
-	idx := r.loadCommittedIndex(w, x)
-	if idx != nil && state != nil {
-		need := idx.needed(state)
-		changes, err = overlayfs.ChangesWithin(x.Upper, lowers, flavour, func(rel string) bool { return need[rel] })
-		if err != nil {
-			return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
-		}
-		if d, ok := idx.deltaSince(state, changes, x.Upper, lowers); ok {
-			applyTo, applyStats, ucs = base.Tree, base.Stats, d
-			out.delta = true
-		}
-	}
-	if !out.delta {
-		if changes, err = overlayfs.Changes(x.Upper, lowers, flavour); err != nil {
-			return nil, fmt.Errorf("workspace %q: reading changes: %w", name, err)
-		}
-		ucs = upperChanges(changes)
-	}
-	out.prev = idx
-	out.state, out.changes = state, changes
-	if out.delta && len(ucs) == 0 {
-		out.tree = base.Tree
-		out.result = &snapshot.ApplyResult{Tree: base.Tree, Stats: base.Stats}
-	} else {
-		res, err := snapshot.ApplyUpper(ctx, st, wr, applyTo, ucs, snapshot.ApplyOptions{
-			StatCacheRoot:  x.Upper,
-			BaseStats:      &applyStats,
-			Warn:           warn,
-			DeferStatCache: deferStatCache,
-			Previous:       base.Tree, // delta bases: the last commit's versions
-		})
-		if err != nil {
-			return nil, fmt.Errorf("workspace %q: %w", name, err)
-		}
-		out.tree, out.result = res.Tree, res
-	}
-	if state != nil {
-		// The index about to record these ctimes must not see a later
-		// change carry one of them: the processes stay stopped until
-		// the clock has moved past (at most a tick).
-		waitPastCtimes(state.maxCtime)
-	}
-	return out, nil
-}
-
-// upperChanges converts the overlay's view of a delta into snapshot's.
-func upperChanges(cs []overlayfs.Change) []snapshot.UpperChange {
-	out := make([]snapshot.UpperChange, 0, len(cs))
-	for i := range cs {
-		c := cs[i]
-		u := snapshot.UpperChange{
-			Path:         c.Path,
-			Opaque:       c.Opaque,
-			RedirectFrom: c.RedirectFrom,
-			UpperPath:    c.UpperPath,
-		}
-		switch c.Kind {
-		case overlayfs.Added:
-			u.Kind = snapshot.UpperAdded
-		case overlayfs.Modified:
-			u.Kind = snapshot.UpperModified
-			if c.Stat.Mode.IsRegular() {
-				u.ContentEqual = c.ContentEqual
-			}
-		case overlayfs.Deleted:
-			u.Kind = snapshot.UpperDeleted
-		case overlayfs.Replaced:
-			u.Kind = snapshot.UpperReplaced
-		}
-		out = append(out, u)
-	}
-	return out
+	return rec, t, nil
 }
 
 // errReusedGone: an optimistic commit reused an object gc has taken.
@@ -231,21 +96,20 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	if optimistic {
 		wr.Optimistic()
 	}
-	wt, err := r.workspaceTree(ctx, name, wr, opts.Warn, true)
+	w, wt, err := r.workspaceTree(ctx, name, wr, opts.Warn, true)
 	if err != nil {
 		return nil, err
 	}
-	w := wt.w
 	out := &CommitResult{
 		Parent: w.Base, Branch: w.Branch, Workspace: name,
-		Stats: wt.result.Stats, Changed: wt.result.Changed, FilesRead: wt.result.FilesRead,
-		Incremental: wt.delta,
+		Stats: wt.Result.Stats, Changed: wt.Result.Changed, FilesRead: wt.Result.FilesRead,
+		Incremental: wt.Delta,
 	}
-	if wt.tree == wt.base.Tree {
+	if wt.Tree == wt.Base.Tree {
 		out.Clean, out.Commit = true, w.Base
-		out.Stats = wt.base.Stats
-		r.saveCommittedIndex(w, wt.x, w.Base, wt.state, wt.changes, wt.prev)
-		if save := wt.result.SaveStatCache; save != nil {
+		out.Stats = wt.Base.Stats
+		r.ws.Committed(w, w.Base, wt)
+		if save := wt.Result.SaveStatCache; save != nil {
 			// Nothing to commit, but what was read is worth remembering.
 			return out, wr.Finish(save)
 		}
@@ -256,8 +120,8 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	}
 	err = wr.Finish(func(tx *store.Tx) error {
 		c := &store.Commit{
-			Tree: wt.tree, Parents: []store.ID{w.Base}, Message: msg,
-			TimeNs: time.Now().UnixNano(), Source: wt.base.Source, Stats: wt.result.Stats,
+			Tree: wt.Tree, Parents: []store.ID{w.Base}, Message: msg,
+			TimeNs: time.Now().UnixNano(), Source: wt.Base.Source, Stats: wt.Result.Stats,
 		}
 		id, err := tx.CommitOnBranch(c, w.Branch, w.Base, store.Op{Kind: "commit", Detail: name})
 		if moved := (*store.BranchMovedError)(nil); errors.As(err, &moved) {
@@ -267,7 +131,7 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 		if err != nil {
 			return err
 		}
-		cur, err := tx.Workspace(name)
+		cur, err := workspace.Load(tx, r.layout, name)
 		if err != nil {
 			return err
 		}
@@ -275,11 +139,11 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 			return fmt.Errorf("workspace %q was committed by another process meanwhile: %w", name, ErrConflict)
 		}
 		cur.Base = id
-		if err := tx.PutWorkspace(cur); err != nil {
+		if err := workspace.Save(tx, cur); err != nil {
 			return err
 		}
 		out.Commit = id
-		if save := wt.result.SaveStatCache; save != nil {
+		if save := wt.Result.SaveStatCache; save != nil {
 			return save(tx)
 		}
 		return nil
@@ -293,8 +157,7 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 	// The upper as read is now the base: later commits read only what
 	// changes since (written after the transaction, so that a crash
 	// leaves an index of the old base, which is ignored).
-	w.Base = out.Commit
-	r.saveCommittedIndex(w, wt.x, out.Commit, wt.state, wt.changes, wt.prev)
+	r.ws.Committed(w, out.Commit, wt)
 	ws := wr.Stats()
 	out.NewObjects, out.NewBytes = ws.NewObjects, ws.NewBytes
 	return out, nil
@@ -314,7 +177,7 @@ func (r *Repo) commit(ctx context.Context, name string, opts CommitOptions, opti
 // instant, leaves either the old upper in force or the new one, never an
 // emptied upper under the old record (docs/workspaces.md, "Reset").
 func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
-	w, x, err := r.loadWorkspace(ctx, name)
+	w, err := r.loadWorkspace(ctx, name)
 	if err != nil {
 		return store.ZeroID, err
 	}
@@ -324,7 +187,7 @@ func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 			return store.ZeroID, err
 		}
 	}
-	if err := needSubIDNS(name, x); err != nil {
+	if err := workspace.NeedSubIDNS(w); err != nil {
 		return store.ZeroID, err
 	}
 	// Decide: the branch must still be where the workspace is based, or
@@ -345,23 +208,21 @@ func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 			return store.ZeroID, err
 		}
 	}
-	nu, nw, err := freshUpper(x)
+	// A fresh, empty writable tree over target, beside the current one.
+	sw, err := r.ws.Reset(ctx, w, store.ZeroID, store.ZeroID)
 	if err != nil {
 		return store.ZeroID, fmt.Errorf("reset %q: %w", name, err)
 	}
-	dropNew := func() { _ = removeAll(nu); _ = removeAll(nw) }
-	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil && !errors.Is(err, nsexec.ErrNotRunning) {
-		dropNew()
+	if err := workspace.Stop(ctx, w.Dir); err != nil {
+		sw.Discard()
 		return store.ZeroID, err
 	}
 	err = r.update(ctx, func(tx *store.Tx) error {
-		cur, err := tx.Workspace(name)
+		cur, err := workspace.Load(tx, r.layout, name)
 		if err != nil {
 			return err
 		}
-		var cx wsExtra
-		_ = json.Unmarshal(cur.Extra, &cx)
-		if cur.Base != w.Base || filepath.Base(cx.Upper) != filepath.Base(x.Upper) {
+		if !w.Unchanged(cur) {
 			return fmt.Errorf("workspace %q was committed or reset by another process meanwhile: nothing changed: %w", name, ErrConflict)
 		}
 		head, err := tx.Ref(cur.Branch)
@@ -376,38 +237,14 @@ func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 				return err
 			}
 		}
-		cx.MountBase = target.String()
-		cx.Upper, cx.Work = nu, nw
-		cur.Extra, _ = json.Marshal(cx)
-		cur.Base = target
-		return tx.PutWorkspace(cur)
+		sw.Apply(cur, target)
+		return workspace.Save(tx, cur)
 	})
 	if err != nil {
-		dropNew()
+		sw.Discard()
 		return store.ZeroID, err
 	}
-	// The registry names the new upper: the old one is garbage now.
-	_ = removeAll(x.Upper)
-	_ = removeAll(x.Work)
+	// The registry names the new tree: the old one is garbage now.
+	sw.Done()
 	return target, nil
-}
-
-// freshUpper makes a new, empty upper and work directory beside a
-// workspace's current ones (named upper.<random>, work.<random>).
-func freshUpper(x wsExtra) (upper, work string, err error) {
-	dir := filepath.Dir(x.Upper)
-	suffix := randomHex(6)
-	upper, work = filepath.Join(dir, "upper."+suffix), filepath.Join(dir, "work."+suffix)
-	// A tmpfs workspace's directory is gone after a reboot.
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", "", err
-	}
-	if err := os.Mkdir(upper, 0o700); err != nil {
-		return "", "", err
-	}
-	if err := os.Mkdir(work, 0o700); err != nil {
-		_ = os.Remove(upper)
-		return "", "", err
-	}
-	return upper, work, nil
 }

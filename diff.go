@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/stratafs/strata/internal/textdiff"
 	"github.com/stratafs/strata/snapshot"
@@ -44,28 +43,27 @@ func (r *Repo) Diff(ctx context.Context, arg string) (*DiffSpec, []snapshot.Chan
 	if err != nil {
 		return nil, nil, err
 	}
-	if a, b, ok := strings.Cut(arg, ".."); ok {
-		if a == "" || b == "" {
-			return nil, nil, invalidf("diff %q: want A..B", arg)
-		}
-		ta, ca, err := r.commitTree(ctx, a)
+	t, err := r.parseTarget(ctx, "diff", arg, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t.Range {
+		ta, ca, err := r.commitTree(ctx, t.From)
 		if err != nil {
 			return nil, nil, err
 		}
-		tb, cb, err := r.commitTree(ctx, b)
+		tb, cb, err := r.commitTree(ctx, t.To)
 		if err != nil {
 			return nil, nil, err
 		}
-		spec := &DiffSpec{From: ta, To: tb, FromRef: a, ToRef: b, FromCommit: ca, ToID: cb}
+		spec := &DiffSpec{From: ta, To: tb, FromRef: t.From, ToRef: t.To, FromCommit: ca, ToID: cb}
 		ch, err := snapshot.Diff(ctx, st, ta, tb)
 		return spec, ch, err
 	}
-	if ValidateWorkspaceName(arg) == nil {
-		if _, _, err := r.loadWorkspace(ctx, arg); err == nil {
-			return r.workspaceDiff(ctx, arg)
-		}
+	if t.WS != nil && t.Exact {
+		return r.workspaceDiff(ctx, arg)
 	}
-	tb, cb, err := r.commitTree(ctx, arg)
+	tb, cb, err := r.commitTree(ctx, t.Ref)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -120,7 +118,7 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	if err != nil {
 		return nil, nil, err
 	}
-	wt, err := r.workspaceTree(ctx, name, wr, nil, false)
+	w, wt, err := r.workspaceTree(ctx, name, wr, nil, false)
 	if err != nil {
 		wr.Abort()
 		return nil, nil, err
@@ -128,7 +126,7 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 	// Keep the objects referenced until the patch has been printed: the
 	// writer's lease protects them from a concurrent gc. Finish with no
 	// commit releases the lease afterwards.
-	spec := &DiffSpec{From: wt.base.Tree, To: wt.tree, FromRef: wt.w.Base.Short(), ToRef: name, Workspace: name, FromCommit: wt.w.Base}
+	spec := &DiffSpec{From: wt.Base.Tree, To: wt.Tree, FromRef: w.Base.Short(), ToRef: name, Workspace: name, FromCommit: w.Base}
 	if err := wr.Flush(); err != nil { // Diff reads the new trees
 		wr.Abort()
 		return nil, nil, err

@@ -5,26 +5,23 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 
-	"github.com/stratafs/strata/internal/sandbox"
-	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/internal/workspace"
 )
 
 // Sandbox modes (--sandbox).
 const (
-	SandboxAgent  = "agent"  // Landlock fence + seccomp deny list (default)
-	SandboxStrict = "strict" // agent + no network (--net none, sockets denied)
-	SandboxNone   = "none"   // trusted work: no fence at all, the host view
+	SandboxAgent  = workspace.SandboxAgent  // Landlock fence + seccomp deny list (default)
+	SandboxStrict = workspace.SandboxStrict // agent + no network (--net none, sockets denied)
+	SandboxNone   = workspace.SandboxNone   // trusted work: no fence at all, the host view
 )
 
 // Network modes (--net).
 const (
-	NetHost = "host" // the host's network
-	NetNone = "none" // a private network namespace with loopback only
+	NetHost = workspace.NetHost // the host's network
+	NetNone = workspace.NetNone // a private network namespace with loopback only
 )
 
 // SandboxOptions are the sandbox flags of exec, shell and run.
@@ -56,7 +53,7 @@ type ExecOptions struct {
 }
 
 // ExitStatus is how a command ended.
-type ExitStatus = nsexec.ExitStatus
+type ExitStatus = workspace.ExitStatus
 
 // Exec runs a command in a workspace, starting its keeper if needed, and
 // returns the command's exit status. Errors are strata's own (exit 125).
@@ -64,19 +61,15 @@ func (r *Repo) Exec(ctx context.Context, name string, opts ExecOptions) (ExitSta
 	if err := r.checkOwner(name); err != nil {
 		return ExitStatus{}, err
 	}
-	k, err := r.keeper(ctx, name)
-	if err != nil {
+	if err := ValidateWorkspaceName(name); err != nil {
 		return ExitStatus{}, err
 	}
-	cmd, err := r.buildCommand(k.Target, opts)
-	if err != nil {
-		return ExitStatus{}, err
-	}
-	st, err := nsexec.Exec(ctx, r.wsDir(name), cmd, opts.Stdin, opts.Stdout, opts.Stderr)
-	if err == nil {
-		hintNotFound(st, cmd, k.Target, opts.Sandbox.Warn)
-	}
-	return st, err
+	return r.ws.Exec(ctx, name, opts.command(), workspace.Stdio{Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr})
+}
+
+// command is what the lifecycle needs of opts to build the command.
+func (opts ExecOptions) command() workspace.CommandOptions {
+	return workspace.CommandOptions{Argv: opts.Argv, Env: opts.Env, Cwd: opts.Cwd, Sandbox: workspace.SandboxOptions(opts.Sandbox), TTY: opts.TTY}
 }
 
 // checkOwner refuses root's commands in another user's workspace before
@@ -87,7 +80,7 @@ func (r *Repo) checkOwner(name string) error {
 	if os.Geteuid() != 0 {
 		return nil // another user's store is not readable or not theirs to us
 	}
-	fi, err := os.Stat(r.wsDir(name))
+	fi, err := os.Stat(r.layout.Workspace(name))
 	if err != nil {
 		return nil // no such workspace: keeper() says so
 	}
@@ -102,180 +95,4 @@ func (r *Repo) checkOwner(name string) error {
 	}
 	return fmt.Errorf("workspace %s belongs to %s: its processes run in that user's namespaces, which root cannot enter; run the command as its owner (sudo -u %s strata --home %s exec %s ...): %w",
 		name, owner, as, r.home, name, os.ErrPermission)
-}
-
-// hintNotFound says, when a sandboxed command was not found (127) and
-// what it needs is on the host outside the view, which --ro fixes it.
-func hintNotFound(st ExitStatus, cmd nsexec.Command, target string, warn func(string)) {
-	if st.Code != 127 || !cmd.View || warn == nil {
-		return
-	}
-	shown := func(p string) bool {
-		if inSystemView(p) || within(p, target) {
-			return true
-		}
-		for _, b := range cmd.Binds {
-			if within(p, b.Target) {
-				return true
-			}
-		}
-		return false
-	}
-	if h := notFoundHint(cmd.Argv, cmd.Env, cmd.Dir, shown); h != "" {
-		warn("sandbox: " + h)
-	}
-}
-
-// buildCommand turns options into the nsexec command for a workspace whose
-// merged view is at target inside its namespace.
-func (r *Repo) buildCommand(target string, opts ExecOptions) (nsexec.Command, error) {
-	if len(opts.Argv) == 0 {
-		return nsexec.Command{}, fmt.Errorf("no command given")
-	}
-	cwd := target
-	if opts.Cwd != "" {
-		cwd = opts.Cwd
-		if !filepath.IsAbs(cwd) {
-			cwd = filepath.Join(target, cwd)
-		}
-	}
-	env := os.Environ()
-	if opts.Sandbox.Mode != SandboxNone {
-		env = sandboxEnv(env)
-	}
-	cmd := nsexec.Command{
-		Argv: opts.Argv,
-		Env:  mergeEnv(env, opts.Env),
-		Dir:  filepath.Clean(cwd),
-		TTY:  opts.TTY,
-	}
-	if err := r.applySandbox(&cmd, target, opts.Sandbox); err != nil {
-		return nsexec.Command{}, err
-	}
-	return cmd, nil
-}
-
-// applySandbox plans the Landlock and seccomp policies of a sandbox mode
-// for this kernel and adds them to cmd.
-func (r *Repo) applySandbox(cmd *nsexec.Command, target string, o SandboxOptions) error {
-	mode := o.Mode
-	if mode == "" {
-		mode = SandboxAgent
-	}
-	warn := o.Warn
-	if warn == nil {
-		warn = func(string) {}
-	}
-	switch o.Net {
-	case "", NetHost:
-		cmd.NetNone = mode == SandboxStrict
-	case NetNone:
-		cmd.NetNone = true
-	default:
-		return invalidf("--net %q: want host or none", o.Net)
-	}
-	if mode == SandboxStrict && o.Net == NetHost {
-		return invalidf("--sandbox strict implies --net none; --net host contradicts it")
-	}
-	switch mode {
-	case SandboxNone:
-		if len(o.RO)+len(o.RW)+len(o.AllowConnect)+len(o.AllowBind) > 0 || o.RequireABI > 0 {
-			return invalidf("--rw, --ro, --allow-connect, --allow-bind and --sandbox-require-abi need a sandbox; --sandbox none has none")
-		}
-		return nil
-	case SandboxAgent, SandboxStrict:
-	default:
-		return invalidf("--sandbox %q: want agent, strict or none", mode)
-	}
-	// The view first (the mount namespace is the first fence): the
-	// system, the workspace, private /tmp, /var/tmp and /dev/shm, and the
-	// binds of viewBinds. Landlock names the same paths.
-	vp, err := r.viewBinds(cmd.Env, &o)
-	if err != nil {
-		return err
-	}
-	cmd.View, cmd.Binds = true, vp.Binds
-	cmd.Env = append(cmd.Env, vp.Env...)
-	rw := append([]string{"/var/tmp"}, vp.RW...)
-	plan, err := sandbox.Build(sandbox.Request{
-		Strict: mode == SandboxStrict, Target: target, Tmp: "/tmp", RO: vp.RO, RW: rw,
-		ConnectTCP: o.AllowConnect, BindTCP: o.AllowBind, RequireABI: o.RequireABI,
-		CacheDir: filepath.Join(r.home, "cache"),
-	})
-	if err != nil {
-		return err
-	}
-	for _, w := range plan.Warnings {
-		warn("sandbox: " + w)
-	}
-	cmd.Landlock, cmd.Seccomp = plan.Landlock, plan.Seccomp
-	return nil
-}
-
-// mergeEnv overlays extra K=V pairs on base.
-func mergeEnv(base, extra []string) []string {
-	if len(extra) == 0 {
-		return base
-	}
-	idx := map[string]int{}
-	out := make([]string, 0, len(base)+len(extra))
-	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		idx[k] = len(out)
-		out = append(out, kv)
-	}
-	for _, kv := range extra {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := idx[k]; ok {
-			out[i] = kv
-			continue
-		}
-		idx[k] = len(out)
-		out = append(out, kv)
-	}
-	return out
-}
-
-// sandboxHome is HOME inside a sandbox: the user's home is outside the
-// fence, and tools that cannot read their config there fail (git exits 128
-// on an unreadable ~/.gitconfig). The workspace's private /tmp stands in;
-// --env HOME=... overrides it.
-const sandboxHome = "/tmp"
-
-// sandboxEnv points HOME at sandboxHome and TMPDIR at the private /tmp, and
-// drops XDG base directories: they usually point outside the fence (into
-// the real home, or a per-user temporary directory).
-func sandboxEnv(env []string) []string {
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR":
-			continue
-		}
-		out = append(out, kv)
-	}
-	out = append(out, "HOME="+sandboxHome, "TMPDIR=/tmp")
-	// A fresh HOME makes some tools check for their own updates over the
-	// network at every start (npm's update notifier costs ~0.6 s per
-	// `npm test` in a one-shot run); these are their documented switches.
-	for _, kv := range quietTools {
-		k, _, _ := strings.Cut(kv, "=")
-		if !hasEnv(env, k) {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// quietTools turns off update checks that a fresh HOME would trigger.
-var quietTools = []string{"NO_UPDATE_NOTIFIER=1", "npm_config_update_notifier=false", "PIP_DISABLE_PIP_VERSION_CHECK=1"}
-
-func hasEnv(env []string, key string) bool {
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k == key {
-			return true
-		}
-	}
-	return false
 }

@@ -2,10 +2,10 @@ package strata
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -97,38 +97,34 @@ func (r *Repo) Export(ctx context.Context, ref, dir string, opts ExportOptions) 
 	return &ExportResult{Commit: id, Dir: abs, Stats: c.Stats, Stripped: stripped}, nil
 }
 
-// workspaceRef returns ref with a workspace's name replaced by its
-// branch, and the commit the workspace's change starts at when ref is a
-// workspace's branch — the branch a registered workspace is on (its
-// fork), or one a workspace was created on (the operation log's
-// ws-create) — else ZeroID.
+// workspaceRef returns the ref that ref names (a workspace's name, with
+// any ~N or ^, names its branch: parseTarget), and the commit the
+// workspace's change starts at when ref is a workspace's branch — a
+// registered workspace's (its fork), or one a workspace was created on
+// (the operation log's ws-create) — else ZeroID.
 func (r *Repo) workspaceRef(ctx context.Context, ref string) (string, store.ID, error) {
+	t, err := r.parseTarget(ctx, "export", ref, false)
+	if err != nil {
+		return ref, store.ZeroID, err
+	}
+	if t.WS != nil {
+		return t.Ref, t.WS.ForkID(), nil
+	}
 	base, _, err := splitAncestry(ref)
 	if err != nil {
 		return ref, store.ZeroID, err
 	}
 	var fork store.ID
 	err = r.view(ctx, func(tx *store.Tx) error {
-		wss, err := tx.Workspaces()
+		wss, err := workspace.List(tx, r.layout)
 		if err != nil {
 			return err
 		}
-		_, refErr := resolveBase(tx, base)
 		for _, w := range wss {
-			if w.Branch != base && !(w.Name == base && refErr != nil) {
-				continue
+			if w.Branch == base {
+				fork = w.ForkID()
+				return nil
 			}
-			if w.Name == base && w.Branch != base {
-				ref = w.Branch + ref[len(base):]
-			}
-			var x wsExtra
-			_ = json.Unmarshal(w.Extra, &x)
-			if id, err := store.ParseID(x.Fork); err == nil {
-				fork = id
-			} else {
-				fork = w.Base
-			}
-			return nil
 		}
 		ops, err := tx.Ops(base, 0)
 		if err != nil {

@@ -35,7 +35,7 @@ func (r *Repo) Fsck(ctx context.Context, progress func(done, total int64)) (*sto
 		// they say adds nothing.
 		return rep, nil
 	}
-	probs, err := snapshot.NewLayerCache(filepath.Join(r.home, layersDir)).Verify(ctx, st)
+	probs, err := r.ws.LayerCache().Verify(ctx, st)
 	if err != nil {
 		rep.Info = append(rep.Info, "layer cache not verified: "+err.Error())
 	}
@@ -55,7 +55,7 @@ func (r *Repo) Fsck(ctx context.Context, progress func(done, total int64)) (*sto
 		return nil, err
 	}
 	for _, w := range wss {
-		dir := r.wsDir(w.Name)
+		dir := r.layout.Workspace(w.Name)
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			rep.Problems = append(rep.Problems, store.Problem{Kind: "workspace", Detail: fmt.Sprintf("workspace %q: its directory %s is missing (remove it with `strata ws rm --force %s`)", w.Name, dir, w.Name), Affected: []string{"workspace:" + w.Name}})
 		}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 	"github.com/stratafs/strata/worktree"
@@ -131,7 +131,7 @@ func (r *Repo) ImportGit(ctx context.Context, repoArg string, opts GitImportOpti
 // gitBinds are the bind mounts a workspace of a git import needs: the
 // repository's objects, at the path its synthetic .git names as
 // alternates (the overlay hides the repository itself).
-func gitBinds(source string) []nsexec.Bind {
+func gitBinds(source string) []workspace.Bind {
 	g, ok := parseGitSource(source)
 	if !ok {
 		return nil
@@ -140,7 +140,7 @@ func gitBinds(source string) []nsexec.Bind {
 	if err != nil {
 		return nil
 	}
-	return []nsexec.Bind{{Source: objects, Target: worktree.AlternatesPath(objects)}}
+	return []workspace.Bind{{Source: objects, Target: worktree.AlternatesPath(objects)}}
 }
 
 // ExportGitResult reports export-git.
@@ -163,11 +163,11 @@ func (r *Repo) ExportGit(ctx context.Context, ref, repo, branch string, force bo
 	if err != nil {
 		return nil, err
 	}
-	if ValidateWorkspaceName(ref) == nil {
-		if w, _, err := r.loadWorkspace(ctx, ref); err == nil {
-			ref = w.Branch
-		}
+	t, err := r.parseTarget(ctx, "export-git", ref, false)
+	if err != nil {
+		return nil, err
 	}
+	ref = t.Ref
 	var tree, baseTree store.ID
 	var g gitSource
 	if err := st.View(ctx, func(tx *store.Tx) error {

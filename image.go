@@ -2,6 +2,7 @@ package strata
 
 import (
 	"context"
+	"path/filepath"
 
 	"github.com/stratafs/strata/image"
 )
@@ -38,5 +39,6 @@ func (r *Repo) ImportImage(ctx context.Context, src string, opts ImageImportOpti
 		TLSVerify: !opts.InsecureTLS,
 		Progress:  opts.Progress,
 		Warn:      opts.Warn,
+		CacheDir:  filepath.Join(st.Dir(), "push-cache"), // where pulled blobs came from: push mounts them
 	})
 }

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
-	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -39,12 +37,10 @@ var ErrPatch = errors.New("patch does not apply")
 func (e *PatchError) Is(target error) bool { return target == ErrPatch }
 
 // applyPatch applies a git-style unified diff to a workspace that has not
-// been mounted yet, by writing the patched files straight into its upper
-// directory in overlay format: new and changed files with their content,
-// whiteouts for deleted ones, and the parent directories they need with
-// the base tree's attributes (as the kernel's copy-up would make them).
-// Original contents come from the base tree in the store, so the result is
-// exactly what applying the patch in the merged view would give.
+// been mounted yet: every file is patched in memory first (original
+// contents from the base tree in the store), then the lifecycle writes the
+// results straight into its upper directory (workspace.WriteUpper), so the
+// result is exactly what applying the patch in the merged view would give.
 func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.ID, upper string, patch []byte) (int, error) {
 	files, _, err := gitdiff.Parse(bytes.NewReader(patch))
 	if err != nil {
@@ -53,16 +49,10 @@ func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.I
 	if len(files) == 0 {
 		return 0, fmt.Errorf("%w: no file changes found in the patch", ErrPatch)
 	}
-	type planned struct {
-		path    string
-		content []byte
-		mode    uint32
-		delete  bool
-	}
 	// git patches name files without their a/ and b/ prefixes already;
 	// traditional unified diffs are taken as patch -p1 takes them.
 	strip := !isGitPatch(patch)
-	var plan []planned
+	var plan []workspace.UpperFile
 	for _, f := range files {
 		oldName, newName := patchPath(f.OldName, strip), patchPath(f.NewName, strip)
 		name := newName
@@ -109,45 +99,27 @@ func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.I
 			return 0, pe
 		}
 		if f.IsDelete {
-			plan = append(plan, planned{path: oldName, delete: true})
+			plan = append(plan, workspace.UpperFile{Path: oldName, Delete: true})
 			continue
 		}
 		mode := srcMode
 		if f.NewMode != 0 {
 			mode = uint32(f.NewMode.Perm())
-			if f.NewMode&fs.ModeSymlink != 0 || f.NewMode&0o170000 == 0o120000 {
-				mode = 0o120000
+			if f.NewMode&fs.ModeSymlink != 0 || f.NewMode&0o170000 == workspace.ModeSymlink {
+				mode = workspace.ModeSymlink
 			}
 		}
 		if f.IsRename || (oldName != "" && oldName != newName && !f.IsCopy && !f.IsNew) {
-			plan = append(plan, planned{path: oldName, delete: true})
+			plan = append(plan, workspace.UpperFile{Path: oldName, Delete: true})
 		}
-		plan = append(plan, planned{path: newName, content: out.Bytes(), mode: mode})
+		plan = append(plan, workspace.UpperFile{Path: newName, Content: out.Bytes(), Mode: mode})
 	}
 	// Everything applied in memory: now write.
-	for _, p := range plan {
-		if err := r.ensureUpperParents(ctx, st, baseTree, upper, p.path); err != nil {
-			return 0, err
+	if err := workspace.WriteUpper(ctx, st, baseTree, upper, plan); err != nil {
+		if fe := (*workspace.FileError)(nil); errors.As(err, &fe) {
+			return 0, &PatchError{File: fe.File, Err: fe.Err}
 		}
-		dst := filepath.Join(upper, filepath.FromSlash(p.path))
-		_ = os.Remove(dst)
-		switch {
-		case p.delete:
-			if err := unix.Mknod(dst, unix.S_IFCHR|0o000, 0); err != nil {
-				return 0, fmt.Errorf("patch: whiteout %s: %w", p.path, err)
-			}
-		case p.mode == 0o120000:
-			if err := os.Symlink(string(p.content), dst); err != nil {
-				return 0, fmt.Errorf("patch: %s: %w", p.path, err)
-			}
-		default:
-			if err := os.WriteFile(dst, p.content, 0o600); err != nil {
-				return 0, fmt.Errorf("patch: %s: %w", p.path, err)
-			}
-			if err := unix.Chmod(dst, p.mode&0o7777); err != nil {
-				return 0, err
-			}
-		}
+		return 0, err
 	}
 	return len(files), nil
 }
@@ -185,42 +157,4 @@ func cleanRel(p string) bool {
 		}
 	}
 	return true
-}
-
-// ensureUpperParents creates the parent directories of rel in the upper
-// directory, each with the attributes the base tree gives it.
-func (r *Repo) ensureUpperParents(ctx context.Context, st *store.Store, baseTree store.ID, upper, rel string) error {
-	dir := path.Dir(rel)
-	if dir == "." {
-		return nil
-	}
-	cur := ""
-	for _, el := range strings.Split(dir, "/") {
-		cur = path.Join(cur, el)
-		dst := filepath.Join(upper, filepath.FromSlash(cur))
-		if fi, err := os.Lstat(dst); err == nil {
-			if !fi.IsDir() {
-				return fmt.Errorf("patch: %s is not a directory in the workspace", cur)
-			}
-			continue
-		}
-		mode, mtime := uint32(0o755), int64(0)
-		if e, err := snapshot.Lookup(ctx, st, baseTree, cur); err == nil {
-			if e.Type != store.TypeDir {
-				return &PatchError{File: rel, Err: fmt.Errorf("%s is a %s in the base tree", cur, e.Type)}
-			}
-			mode, mtime = e.Mode, e.MtimeNs
-		}
-		if err := os.Mkdir(dst, 0o700); err != nil {
-			return err
-		}
-		if err := unix.Chmod(dst, mode&0o7777); err != nil {
-			return err
-		}
-		if mtime != 0 {
-			ts := unix.NsecToTimespec(mtime)
-			_ = unix.UtimesNano(dst, []unix.Timespec{ts, ts})
-		}
-	}
-	return nil
 }

@@ -2,12 +2,13 @@ package strata
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/stratafs/strata/internal/workspace"
+	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -25,12 +26,11 @@ type PromoteResult struct {
 // forkedFrom is the branch that branch was forked from, the default target
 // of promote: the one a workspace on it was forked from, else the one
 // `branch create --from` named, else DefaultBranch.
-func forkedFrom(tx *store.Tx, branch string) string {
-	if wss, err := tx.Workspaces(); err == nil {
+func forkedFrom(tx *store.Tx, l layout.Layout, branch string) string {
+	if wss, err := workspace.List(tx, l); err == nil {
 		for _, w := range wss {
-			var x wsExtra
-			if w.Branch == branch && json.Unmarshal(w.Extra, &x) == nil && x.FromBranch != "" && x.FromBranch != branch {
-				return x.FromBranch
+			if w.Branch == branch && w.FromBranch != "" && w.FromBranch != branch {
+				return w.FromBranch
 			}
 		}
 	}
@@ -81,17 +81,19 @@ func (r *Repo) Promote(ctx context.Context, src, into string) (*PromoteResult, e
 		return nil, err
 	}
 	from := src
-	if ValidateWorkspaceName(src) == nil {
-		if w, x, err := r.loadWorkspace(ctx, src); err == nil {
-			from = w.Branch
-			if into == "" {
-				into = x.FromBranch
-			}
+	t, err := r.parseTarget(ctx, "promote", src, false)
+	if err != nil {
+		return nil, err
+	}
+	if t.WS != nil && t.Exact {
+		from = t.WS.Branch
+		if into == "" {
+			into = t.WS.FromBranch
 		}
 	}
 	if into == "" {
 		if err := st.View(ctx, func(tx *store.Tx) error {
-			into = forkedFrom(tx, from)
+			into = forkedFrom(tx, r.layout, from)
 			return nil
 		}); err != nil {
 			return nil, err
@@ -272,41 +274,41 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 	}
 	var fromTree, toTree, fromID, toID store.ID
 	var wsName string
-	switch a, b, ok := strings.Cut(arg, ".."); {
-	case ok:
-		if fromTree, fromID, err = r.commitTree(ctx, a); err != nil {
+	t, err := r.parseTarget(ctx, "apply", arg, true)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case t.Range:
+		if fromTree, fromID, err = r.commitTree(ctx, t.From); err != nil {
 			return nil, err
 		}
-		if toTree, toID, err = r.commitTree(ctx, b); err != nil {
+		if toTree, toID, err = r.commitTree(ctx, t.To); err != nil {
 			return nil, err
 		}
+	case t.WS != nil && t.Exact:
+		wr, err := st.NewWriter(ctx, "apply "+arg)
+		if err != nil {
+			return nil, err
+		}
+		defer wr.Abort()
+		w, wt, err := r.workspaceTree(ctx, arg, wr, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := wr.Flush(); err != nil { // the tree is read back below
+			return nil, err
+		}
+		fork, _ := store.ParseID(w.Fork)
+		if fromTree, fromID, err = r.commitTree(ctx, fork.String()); err != nil {
+			return nil, err
+		}
+		toTree, toID, wsName = wt.Tree, w.Base, arg
 	default:
-		if ValidateWorkspaceName(arg) == nil {
-			if _, x, lerr := r.loadWorkspace(ctx, arg); lerr == nil {
-				wr, err := st.NewWriter(ctx, "apply "+arg)
-				if err != nil {
-					return nil, err
-				}
-				defer wr.Abort()
-				wt, err := r.workspaceTree(ctx, arg, wr, nil, false)
-				if err != nil {
-					return nil, err
-				}
-				if err := wr.Flush(); err != nil { // the tree is read back below
-					return nil, err
-				}
-				fork, _ := store.ParseID(x.Fork)
-				if fromTree, fromID, err = r.commitTree(ctx, fork.String()); err != nil {
-					return nil, err
-				}
-				toTree, toID, wsName = wt.tree, wt.w.Base, arg
-				break
-			}
-		}
-		if toTree, toID, err = r.commitTree(ctx, arg); err != nil {
+		if toTree, toID, err = r.commitTree(ctx, t.Ref); err != nil {
 			return nil, err
 		}
-		fromID, err = r.forkPoint(ctx, arg, toID)
+		fromID, err = r.forkPoint(ctx, t.Ref, toID)
 		if err != nil {
 			return nil, err
 		}

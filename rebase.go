@@ -3,8 +3,6 @@ package strata
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,7 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/internal/textdiff"
-	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/internal/workspace"
+	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -85,11 +84,11 @@ func (e *RebaseConflictError) Is(target error) bool { return target == ErrConfli
 // is one registry transaction: a failure or a kill leaves the workspace as
 // it was or fully rebased.
 func (r *Repo) Rebase(ctx context.Context, name, ref string, opts RebaseOptions) (*RebaseResult, error) {
-	w, x, err := r.loadWorkspace(ctx, name)
+	w, err := r.loadWorkspace(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := needSubIDNS(name, x); err != nil {
+	if err := workspace.NeedSubIDNS(w); err != nil {
 		return nil, err
 	}
 	if ref == "" {
@@ -145,7 +144,7 @@ func (r *Repo) Rebase(ctx context.Context, name, ref string, opts RebaseOptions)
 	}
 	defer wr.Abort()
 	// The workspace as it is now (frozen while read).
-	wt, err := r.workspaceTree(ctx, name, wr, nil, false)
+	_, wt, err := r.workspaceTree(ctx, name, wr, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +178,8 @@ func (r *Repo) Rebase(ctx context.Context, name, ref string, opts RebaseOptions)
 	}
 	// 2. Its uncommitted changes onto that.
 	final := newTree
-	if wt.tree != baseC.Tree {
-		theirs := wt.tree
+	if wt.Tree != baseC.Tree {
+		theirs := wt.Tree
 		ours := newTree
 		mr, err := snapshot.MergeWith(ctx, st, wr, baseC.Tree, ours, theirs, snapshot.MergeOptions{OursStats: &newStats})
 		if err != nil {
@@ -210,38 +209,22 @@ func (r *Repo) Rebase(ctx context.Context, name, ref string, opts RebaseOptions)
 		return nil, err
 	}
 
-	// Decided. The uncommitted changes, as a fresh upper over the new base.
-	dir := filepath.Dir(x.Upper)
-	suffix := randomHex(6)
-	nu, nw := filepath.Join(dir, "upper."+suffix), filepath.Join(dir, "work."+suffix)
-	flavour := "user"
-	if nsexec.RealRoot() {
-		flavour = "trusted"
+	// Decided. The uncommitted changes, as a fresh writable tree over
+	// the new base.
+	sw, err := r.ws.Reset(ctx, w, newTree, final)
+	if err != nil {
+		return nil, fmt.Errorf("rebase %q: %w", name, err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil { // a tmpfs workspace's, after a reboot
-		return nil, err
-	}
-	if err := snapshot.WriteDelta(ctx, st, newTree, final, nu, snapshot.LayerOptions{Flavour: flavour, Chown: nsexec.RealRoot()}); err != nil {
-		_ = removeAll(nu)
-		return nil, fmt.Errorf("rebase %q: writing the upper: %w", name, err)
-	}
-	dropNew := func() { _ = removeAll(nu); _ = removeAll(nw) }
-	if err := os.Mkdir(nw, 0o700); err != nil {
-		dropNew()
-		return nil, err
-	}
-	if err := nsexec.StopKeeper(ctx, w.Dir); err != nil && !errors.Is(err, nsexec.ErrNotRunning) {
-		dropNew()
+	if err := workspace.Stop(ctx, w.Dir); err != nil {
+		sw.Discard()
 		return nil, err
 	}
 	err = wr.Finish(func(tx *store.Tx) error {
-		cur, err := tx.Workspace(name)
+		cur, err := workspace.Load(tx, r.layout, name)
 		if err != nil {
 			return err
 		}
-		var cx wsExtra
-		_ = json.Unmarshal(cur.Extra, &cx)
-		if cur.Base != w.Base || filepath.Base(cx.Upper) != filepath.Base(x.Upper) {
+		if !w.Unchanged(cur) {
 			return fmt.Errorf("workspace %q was committed or reset by another process meanwhile: nothing changed: %w", name, ErrConflict)
 		}
 		if carry != nil {
@@ -257,18 +240,14 @@ func (r *Repo) Rebase(ctx context.Context, name, ref string, opts RebaseOptions)
 		if err := tx.AppendOp(store.Op{Kind: "rebase", Ref: cur.Branch, Old: branchHead, New: newBase, Detail: name + " onto " + ref}); err != nil {
 			return err
 		}
-		cx.MountBase = newBase.String()
-		cx.Upper, cx.Work = nu, nw
-		cur.Extra, _ = json.Marshal(cx)
-		cur.Base = newBase
-		return tx.PutWorkspace(cur)
+		sw.Apply(cur, newBase)
+		return workspace.Save(tx, cur)
 	})
 	if err != nil {
-		dropNew()
+		sw.Discard()
 		return nil, err
 	}
-	_ = removeAll(x.Upper)
-	_ = removeAll(x.Work)
+	sw.Done()
 	out.Base, out.How = newBase, "rebased"
 	return out, nil
 }
@@ -279,7 +258,7 @@ func (r *Repo) Rebase(ctx context.Context, name, ref string, opts RebaseOptions)
 // again takes it as an identical change. Other conflicts are left as they
 // are.
 func (r *Repo) markConflicts(ctx context.Context, st *store.Store, wr *store.Writer, base, ours, theirs store.ID, conflicts []snapshot.Conflict, oursLabel, theirsLabel string) (store.ID, store.ID, []string, error) {
-	tmp, err := os.MkdirTemp(r.home, ".tmp-rebase-")
+	tmp, err := os.MkdirTemp(r.home, layout.TempPrefix+"rebase-")
 	if err != nil {
 		return ours, theirs, nil, err
 	}

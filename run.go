@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,9 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/internal/glob"
-	"github.com/stratafs/strata/internal/textdiff"
-	"github.com/stratafs/strata/nsexec"
-	"github.com/stratafs/strata/overlayfs"
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
@@ -111,7 +108,8 @@ type RunResult struct {
 // runPhases are the phases of a run, in order, as durations_ns names them.
 var runPhases = []string{"fork", "patch", "run", "diff", "commit", "discard"}
 
-// DiffStat summarizes a run's change.
+// DiffStat summarizes a run's change (workspace.DiffStat, field for
+// field).
 type DiffStat struct {
 	Files     int      `json:"files"`
 	Added     int      `json:"insertions"`
@@ -124,29 +122,6 @@ type DiffStat struct {
 type Violation struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
-}
-
-// runState is what a run leaves in its directory while it is alive, so
-// that gc keeps its layers and a later run or gc can clean up after a run
-// that was killed.
-type runState struct {
-	PID   int    `json:"pid"`
-	Start uint64 `json:"start"`
-	Base  string `json:"base"`
-}
-
-const (
-	runsDir      = "runs"
-	runStateFile = "run.json"
-)
-
-// runsRoot is where runs keep their upper and work: the per-store tmpfs
-// directory, or the store itself for --disk runs.
-func (r *Repo) runsRoot(disk bool) string {
-	if disk {
-		return filepath.Join(r.home, runsDir)
-	}
-	return filepath.Join(r.tmpfsRoot(), runsDir)
 }
 
 // Run forks ref into a throwaway workspace, applies a patch, runs a
@@ -167,14 +142,14 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if err := checkSubIDs(opts.SubIDs); err != nil {
+	if err := workspace.CheckSubIDs(opts.SubIDs); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	st, err := r.db()
 	if err != nil {
 		return nil, err
 	}
-	r.cleanRuns(false)
+	r.ws.CleanRuns(false)
 	from := opts.From
 	if from == "" {
 		from = DefaultBranch
@@ -193,21 +168,15 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 	}
 
 	// Fork: a run directory with upper and work, registered by its pid.
-	if !opts.Disk {
-		if err := r.markTmpfsRoot(); err != nil {
-			return nil, fmt.Errorf("run: tmpfs: %w", err)
-		}
-	}
-	dir := filepath.Join(r.runsRoot(opts.Disk), res.ID)
-	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
-	if err := mkdirs(0o700, upper, work); err != nil {
-		return nil, fmt.Errorf("run: %w", err)
+	run, err := r.ws.NewRun(res.ID, opts.Disk)
+	if err != nil {
+		return nil, err
 	}
 	keepDir := false
 	defer func() {
 		if !keepDir {
 			start := time.Now()
-			_ = removeAll(dir)
+			run.Discard()
 			phase("discard", start)
 		}
 		if result == nil {
@@ -221,35 +190,13 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 			_ = os.WriteFile(filepath.Join(opts.Output, "result.json"), append(b, '\n'), 0o644)
 		}
 	}()
-	_, startTicks, _ := procSelfStart()
-	stb, _ := json.Marshal(runState{PID: os.Getpid(), Start: startTicks, Base: res.From.String()})
-	// Atomically (rename): a concurrent sweep must never read it half
-	// written, which would look like a dead run.
-	if err := writeFileAtomic(filepath.Join(dir, runStateFile), stb, false); err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	unlock, err := r.layerLock(false)
-	if err != nil {
+	if err := run.Prepare(ctx, res.From); err != nil {
 		return nil, err
-	}
-	lowers, err := r.layerStack(ctx, res.From)
-	if err != nil {
-		unlock()
-		return nil, err
-	}
-	feat, err := r.features(ctx)
-	if err != nil {
-		unlock()
-		return nil, err
-	}
-	if len(lowers) > 0 {
-		_ = copyDirAttrs(lowers[0], upper)
 	}
 	t := phase("fork", t0)
 
 	if len(opts.PatchData) > 0 {
-		if _, err := r.applyPatch(ctx, st, base.Tree, upper, opts.PatchData); err != nil {
-			unlock()
+		if _, err := r.applyPatch(ctx, st, base.Tree, run.Upper, opts.PatchData); err != nil {
 			if opts.PatchName != "" {
 				err = fmt.Errorf("%s: %w", opts.PatchName, err)
 			}
@@ -258,32 +205,20 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 		t = phase("patch", t)
 	}
 
-	spec := nsexec.Spec{
-		Name: "run-" + res.ID, Dir: dir, Lowers: lowers, Upper: upper, Work: work,
-		Target: mountTarget(dir, base.Source), Features: feat, Volatile: !opts.Disk,
-		Binds: gitBinds(base.Source), SubIDs: opts.SubIDs,
-	}
-	if spec.Target == filepath.Join(dir, "merged") {
-		_ = os.MkdirAll(spec.Target, 0o700)
-	}
-	cmd, err := r.buildCommand(spec.Target, ExecOptions{Argv: opts.Argv, Env: opts.Env, Cwd: opts.Cwd, Sandbox: opts.Sandbox})
+	cmd, err := run.Command(base.Source, opts.SubIDs, ExecOptions{Argv: opts.Argv, Env: opts.Env, Cwd: opts.Cwd, Sandbox: opts.Sandbox}.command())
 	if err != nil {
-		unlock()
 		return nil, err
 	}
 	stdin, stdout, stderr := opts.Stdin, opts.Stdout, opts.Stderr
 	if opts.Output != "" {
 		if err := os.MkdirAll(opts.Output, 0o755); err != nil {
-			unlock()
 			return nil, err
 		}
 		if stdout, err = os.Create(filepath.Join(opts.Output, "stdout")); err != nil {
-			unlock()
 			return nil, err
 		}
 		defer stdout.Close()
 		if stderr, err = os.Create(filepath.Join(opts.Output, "stderr")); err != nil {
-			unlock()
 			return nil, err
 		}
 		defer stderr.Close()
@@ -291,7 +226,6 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 	}
 	if stdin == nil {
 		if stdin, err = os.Open(os.DevNull); err != nil {
-			unlock()
 			return nil, err
 		}
 		defer stdin.Close()
@@ -302,13 +236,9 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 		rctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
-	// The layers are mounted once Run starts the command; gc keeps them
-	// for the run's lifetime through its run.json.
-	status, runErr := nsexec.Run(rctx, spec, cmd, stdin, stdout, stderr)
-	unlock()
-	if runErr == nil {
-		hintNotFound(status, cmd, spec.Target, opts.Sandbox.Warn)
-	}
+	// The layers are mounted once the command starts; gc keeps them for
+	// the run's lifetime through its run.json.
+	status, runErr := run.Exec(rctx, cmd, workspace.Stdio{Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	t = phase("run", t)
 	if runErr != nil && !(rctx.Err() != nil && status.Signal != 0) {
 		return nil, runErr
@@ -321,26 +251,22 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 		res.TimedOut, res.ExitCode = true, ExitTimeout
 	}
 
-	flavour := overlayfs.FlavourUser
-	if nsexec.RealRoot() {
-		flavour = overlayfs.FlavourTrusted
-	}
-	changes, err := overlayfs.Changes(upper, lowers, flavour)
+	ds, changes, err := run.Changes()
 	if err != nil {
-		return nil, fmt.Errorf("run: reading the change: %w", err)
+		return nil, err
 	}
-	res.Diff = diffStat(changes)
+	res.Diff = DiffStat(ds)
 	t = phase("diff", t)
 
 	switch {
 	case opts.CommitBranch != "" && res.ExitCode == 0 && !res.TimedOut:
-		if err := r.commitRun(ctx, st, res, base, upper, changes, opts); err != nil {
+		if err := r.commitRun(ctx, st, res, base, changes, opts); err != nil {
 			return res, err
 		}
 		t = phase("commit", t)
 	case opts.Keep:
 		name := "run-" + res.ID
-		if err := r.adoptRun(ctx, name, res.From, base.Source, dir, upper, work, !opts.Disk, opts.SubIDs); err != nil {
+		if err := r.adoptRun(ctx, run, name, base.Source, opts.SubIDs); err != nil {
 			return res, err
 		}
 		keepDir = true
@@ -349,61 +275,15 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 	return res, nil
 }
 
-// diffStat counts a change from the upper directory alone: changed files
-// and, for text files, inserted and deleted lines against the file beneath.
-func diffStat(changes []overlayfs.Change) DiffStat {
-	var ds DiffStat
-	for _, c := range changes {
-		isFile := c.Stat.Mode.IsRegular() || c.Stat.Mode&fs.ModeSymlink != 0
-		wasFile := c.Lower != nil && (c.Lower.Mode.IsRegular() || c.Lower.Mode&fs.ModeSymlink != 0)
-		if c.Kind == overlayfs.Deleted {
-			isFile = false
-		}
-		if !isFile && !wasFile {
-			continue
-		}
-		if c.Kind == overlayfs.Modified && c.Stat.Mode.IsRegular() {
-			if eq, err := c.ContentEqual(); err == nil && eq {
-				continue
-			}
-		}
-		ds.Files++
-		if len(ds.Paths) < 100 {
-			ds.Paths = append(ds.Paths, c.Path)
-		} else {
-			ds.Truncated = true
-		}
-		var a, b []byte
-		if wasFile && c.Lower.Mode.IsRegular() && c.Lower.Size < 8<<20 {
-			a, _ = os.ReadFile(c.LowerPath)
-		}
-		if isFile && c.Stat.Mode.IsRegular() && c.Stat.Size < 8<<20 {
-			b, _ = os.ReadFile(c.UpperPath)
-		}
-		if textdiff.IsBinary(a) || textdiff.IsBinary(b) {
-			continue
-		}
-		for _, op := range textdiff.Lines(a, b) {
-			switch op.Kind {
-			case textdiff.Insert:
-				ds.Added += op.N
-			case textdiff.Delete:
-				ds.Deleted += op.N
-			}
-		}
-	}
-	return ds
-}
-
 // commitRun turns a successful run's change into a commit on
 // opts.CommitBranch, after the policy check.
-func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, base *store.Commit, upper string, changes []overlayfs.Change, opts RunOptions) error {
+func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, base *store.Commit, changes []snapshot.UpperChange, opts RunOptions) error {
 	wr, err := st.NewWriter(ctx, "run "+res.ID)
 	if err != nil {
 		return err
 	}
 	defer wr.Abort()
-	ar, err := snapshot.ApplyUpper(ctx, st, wr, base.Tree, upperChanges(changes), snapshot.ApplyOptions{
+	ar, err := snapshot.ApplyUpper(ctx, st, wr, base.Tree, changes, snapshot.ApplyOptions{
 		BaseStats: &base.Stats, Warn: opts.Warn,
 	})
 	if err != nil {
@@ -518,223 +398,19 @@ func escapes(p, target string) bool {
 }
 
 // adoptRun registers a kept run as a workspace named name.
-func (r *Repo) adoptRun(ctx context.Context, name string, base store.ID, source, dir, upper, work string, tmpfs, subIDs bool) error {
-	wsdir := r.wsDir(name)
-	if err := mkdirs(0o700, filepath.Join(wsdir, "merged")); err != nil {
+func (r *Repo) adoptRun(ctx context.Context, run *workspace.Run, name, source string, subIDs bool) error {
+	branch := wsBranchPrefix + name
+	rec, err := run.Adopt(name, branch, source, subIDs)
+	if err != nil {
 		return err
 	}
-	if !tmpfs {
-		// A disk run moves into the workspace directory.
-		if err := os.Rename(upper, filepath.Join(wsdir, "upper")); err != nil {
-			return err
-		}
-		if err := os.Rename(work, filepath.Join(wsdir, "work")); err != nil {
-			return err
-		}
-		upper, work = filepath.Join(wsdir, "upper"), filepath.Join(wsdir, "work")
-		defer os.RemoveAll(dir)
-	} else {
-		// A tmpfs run moves out of runs/, which cleanRuns sweeps, to where
-		// tmpfs workspaces live (the same filesystem: a rename).
-		tdir := filepath.Join(r.tmpfsRoot(), name)
-		_ = removeAll(tdir) // a leftover of a removed workspace of that name
-		if err := os.Rename(dir, tdir); err != nil {
-			return err
-		}
-		dir = tdir
-		upper, work = filepath.Join(tdir, "upper"), filepath.Join(tdir, "work")
-	}
-	_ = os.Remove(filepath.Join(dir, runStateFile))
-	x := wsExtra{Upper: upper, Work: work, Tmpfs: tmpfs, SubIDs: subIDs, Source: source, Fork: base.String(), MountBase: base.String()}
-	extra, _ := json.Marshal(x)
-	branch := wsBranchPrefix + name
 	return r.update(ctx, func(tx *store.Tx) error {
-		if err := tx.SetRef(branch, store.ZeroID, base); err != nil {
+		if err := tx.SetRef(branch, store.ZeroID, rec.Base); err != nil {
 			return fmt.Errorf("branch %q: %w", branch, err)
 		}
-		x.Created = true
-		extra, _ = json.Marshal(x)
-		if err := tx.PutWorkspace(&store.Workspace{Name: name, Branch: branch, Base: base, Dir: wsdir, CreatedNs: time.Now().UnixNano(), Extra: extra}); err != nil {
+		if err := workspace.Save(tx, rec); err != nil {
 			return err
 		}
-		return tx.AppendOp(store.Op{Kind: "ws-create", Ref: branch, New: base, Detail: name + " (kept run)"})
+		return tx.AppendOp(store.Op{Kind: "ws-create", Ref: branch, New: rec.Base, Detail: name + " (kept run)"})
 	})
-}
-
-// cleanRuns removes the directories of runs whose process is gone (a run
-// killed with SIGKILL): cheap enough to do at the start of every run. The
-// tmpfs runs of every store of this user are swept, not only this one's:
-// a dead run is garbage whatever its store, and a store that was deleted
-// would otherwise leave its killed runs in memory until reboot. (Empty
-// directories stay: removing one could race with a run being created.)
-// The other stores' runs are swept by gc, and by a run at most once every
-// sweepEvery (a marker's mtime says when): looking through every store's
-// tmpfs directory cost a millisecond a run.
-func (r *Repo) cleanRuns(all bool) {
-	mine := r.runsRoot(false)
-	roots := []string{r.runsRoot(true), mine}
-	if all || r.sweepDue() {
-		r.sweepDeletedStores()
-		others, _ := filepath.Glob(filepath.Join(filepath.Dir(r.tmpfsRoot()), "*", runsDir))
-		for _, o := range others {
-			if o != mine {
-				roots = append(roots, o)
-			}
-		}
-	}
-	for _, root := range roots {
-		ents, err := os.ReadDir(root)
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			d := filepath.Join(root, e.Name())
-			s, ok := readRunState(d)
-			if ok && runAlive(s) {
-				continue
-			}
-			// A run without a readable state file is either being set up
-			// right now or was killed before writing it: only old ones go.
-			if !ok && recentlyChanged(d, staleAfter) {
-				continue
-			}
-			_ = nsexec.StopKeeper(context.Background(), d)
-			_ = removeAll(d)
-		}
-	}
-}
-
-// sweepDeletedStores removes the tmpfs directories of this user's stores
-// that no longer exist (their database is gone), with their kept tmpfs
-// workspaces and dead runs, which would otherwise hold memory until
-// reboot. A directory touched in the last two seconds stays: a store
-// created again at the same path (its database is new) may be starting to
-// use it.
-func (r *Repo) sweepDeletedStores() {
-	dirs, _ := filepath.Glob(filepath.Join(filepath.Dir(r.tmpfsRoot()), "*", tmpfsOwner))
-	for _, marker := range dirs {
-		d := filepath.Dir(marker)
-		home, err := os.ReadFile(marker)
-		if err != nil || d == r.tmpfsRoot() {
-			continue
-		}
-		if !missingWithin(filepath.Join(string(home), dbName), time.Second) {
-			continue
-		}
-		if recentlyChanged(d, 2*time.Second) || recentlyChanged(filepath.Join(d, runsDir), 2*time.Second) {
-			continue
-		}
-		_ = removeAll(d)
-	}
-}
-
-// missingWithin reports whether p does not exist, as a stat answers
-// within d. Another store's home may sit on a filesystem that no longer
-// answers (a hung NFS or FUSE mount): its stat would block this command
-// for good, so after d the store is taken as present and left alone.
-func missingWithin(p string, d time.Duration) bool {
-	answer := make(chan bool, 1)
-	go func() {
-		_, err := os.Stat(p)
-		answer <- errors.Is(err, fs.ErrNotExist)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case missing := <-answer:
-		return missing
-	case <-t.C:
-		return false
-	}
-}
-
-// recentlyChanged reports whether p's metadata changed within d.
-func recentlyChanged(p string, d time.Duration) bool {
-	var st unix.Stat_t
-	return unix.Lstat(p, &st) == nil && time.Since(time.Unix(st.Ctim.Unix())) < d
-}
-
-// sweepEvery bounds how often a run sweeps other stores' dead runs.
-const sweepEvery = time.Minute
-
-// sweepDue reports whether this user's last sweep of every store's runs is
-// older than sweepEvery, and if so marks one as started now.
-func (r *Repo) sweepDue() bool {
-	marker := filepath.Join(filepath.Dir(r.tmpfsRoot()), ".swept")
-	var st unix.Stat_t
-	if unix.Stat(marker, &st) == nil && time.Since(time.Unix(st.Mtim.Unix())) < sweepEvery {
-		return false
-	}
-	now := time.Now()
-	if err := os.Chtimes(marker, now, now); err != nil {
-		if os.MkdirAll(filepath.Dir(marker), 0o700) != nil {
-			return false
-		}
-		f, err := os.OpenFile(marker, os.O_CREATE|os.O_WRONLY, 0o600)
-		if err != nil {
-			return false
-		}
-		f.Close()
-	}
-	return true
-}
-
-// readRunState reads the state file of the run in dir.
-func readRunState(dir string) (runState, bool) {
-	var s runState
-	b, err := os.ReadFile(filepath.Join(dir, runStateFile))
-	if err != nil || json.Unmarshal(b, &s) != nil || s.PID <= 0 {
-		return s, false
-	}
-	return s, true
-}
-
-// runAlive reports whether the run of state s still has its process.
-func runAlive(s runState) bool {
-	_, start, err := procStart(s.PID)
-	return err == nil && start == s.Start
-}
-
-// liveRunBases lists the base commits of the runs in progress, for gc.
-func (r *Repo) liveRunBases() []store.ID {
-	var out []store.ID
-	for _, root := range []string{r.runsRoot(false), r.runsRoot(true)} {
-		ents, _ := os.ReadDir(root)
-		for _, e := range ents {
-			d := filepath.Join(root, e.Name())
-			s, ok := readRunState(d)
-			if !ok || !runAlive(s) {
-				continue
-			}
-			if id, err := store.ParseID(s.Base); err == nil {
-				out = append(out, id)
-			}
-		}
-	}
-	return out
-}
-
-func procSelfStart() (int, uint64, error) { return procStart(os.Getpid()) }
-
-// procStart reads a process's start time (clock ticks after boot), which
-// tells it from a later process reusing its pid. A process that has
-// exited but is not reaped yet (a zombie) is not there.
-func procStart(pid int) (int, uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return pid, 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return pid, 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return pid, 0, errors.New("malformed stat")
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return pid, 0, fmt.Errorf("process %d has exited", pid)
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	return pid, v, err
 }

@@ -9,12 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
 )
-
-// settingsFile holds the store's settings, beside strata.db.
-const settingsFile = "settings.json"
 
 // Settings are a store's settings: they hold for every process that uses
 // the store, so that all of them agree (gc keeps the layers that the
@@ -27,7 +25,7 @@ type Settings struct {
 	// ViewRO and ViewRW are host paths every sandboxed command of the
 	// store sees, read-only and read-write (`strata init --ro PATH`,
 	// `--rw PATH`): toolchains and caches under a home directory that
-	// PATH does not reveal (the view's defaults, view.go). Keepers build
+	// PATH does not reveal (the view's defaults, internal/workspace/view.go). Keepers build
 	// them into their view once; an exec's own --ro costs a view of its
 	// own.
 	ViewRO []string `json:"view_ro,omitempty"`
@@ -41,14 +39,14 @@ const maxLayersLimit = 500
 // Settings returns the store's settings (defaults where unset).
 func (r *Repo) Settings() (Settings, error) {
 	r.settingsOnce.Do(func() {
-		b, err := os.ReadFile(filepath.Join(r.home, settingsFile))
+		b, err := os.ReadFile(r.layout.Settings())
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:
 			r.settingsErr = err
 		default:
 			if err := json.Unmarshal(b, &r.settings); err != nil {
-				r.settingsErr = fmt.Errorf("%s: %w", filepath.Join(r.home, settingsFile), err)
+				r.settingsErr = fmt.Errorf("%s: %w", r.layout.Settings(), err)
 			}
 		}
 	})
@@ -98,7 +96,7 @@ func (r *Repo) SetMaxLayers(ctx context.Context, n int) error {
 	s, _ := r.Settings()
 	s.MaxLayers = n
 	b, _ := json.MarshalIndent(s, "", "  ")
-	if err := writeFileAtomic(filepath.Join(r.home, settingsFile), append(b, '\n'), true); err != nil {
+	if err := workspace.WriteFileAtomic(r.layout.Settings(), append(b, '\n'), true); err != nil {
 		return fmt.Errorf("max layers: %w", err)
 	}
 	r.settings = s
@@ -126,7 +124,7 @@ func (r *Repo) SetViewDefaults(ro, rw, forget []string) error {
 		rw    bool
 	}{{"--ro", ro, false}, {"--rw", rw, true}} {
 		for _, p := range d.paths {
-			if err := r.checkBind(d.flag, p); err != nil {
+			if err := r.ws.CheckBind(d.flag, p); err != nil {
 				return err
 			}
 			p = filepath.Clean(p)
@@ -139,43 +137,9 @@ func (r *Repo) SetViewDefaults(ro, rw, forget []string) error {
 		}
 	}
 	b, _ := json.MarshalIndent(s, "", "  ")
-	if err := writeFileAtomic(filepath.Join(r.home, settingsFile), append(b, '\n'), true); err != nil {
+	if err := workspace.WriteFileAtomic(r.layout.Settings(), append(b, '\n'), true); err != nil {
 		return fmt.Errorf("view defaults: %w", err)
 	}
 	r.settings = s
 	return nil
-}
-
-// writeFileAtomic writes a file through a temporary file renamed over it,
-// so that no reader ever sees it half written. durable syncs the file
-// and the directory too: for state that must survive a crash, not for
-// caches or state a crash makes moot.
-func writeFileAtomic(path string, b []byte, durable bool) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil || !durable {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

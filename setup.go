@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -23,10 +24,12 @@ import (
 // AppArmorProfileFile is where SetupAppArmor writes the profiles.
 const AppArmorProfileFile = "/etc/apparmor.d/strata"
 
-// appArmorBinaries are the programs that create user namespaces: strata
-// itself, strata-init (keepers and one-shot inits), strata-mcp (the MCP
-// server runs workspaces in-process), each looked for beside strata.
-var appArmorBinaries = []string{"strata", "strata-init", "strata-mcp"}
+// appArmorBinaries are the programs that create user namespaces, each
+// looked for beside the running one: strata (the front, which execs
+// strata-core and may serve the hot path itself), strata-core (the CLI),
+// strata-init (keepers and one-shot inits), strata-mcp (the MCP server
+// runs workspaces in-process).
+var appArmorBinaries = []string{"strata", "strata-core", "strata-init", "strata-mcp"}
 
 // AppArmorSetup says what SetupAppArmor wrote, or would write.
 type AppArmorSetup struct {
@@ -55,7 +58,9 @@ type AppArmorOptions struct {
 }
 
 // AppArmorBinaries returns the real path of each strata binary there is,
-// by profile name: exe (strata) and those of appArmorBinaries beside it.
+// by profile name: those of appArmorBinaries in the directory of exe (the
+// running executable when ""), symlinks resolved. exe itself is always
+// there, as "strata" if its name is none of them.
 func AppArmorBinaries(exe string) (map[string]string, error) {
 	if exe == "" {
 		var err error
@@ -67,14 +72,17 @@ func AppArmorBinaries(exe string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the strata executable: %w", err)
 	}
-	out := map[string]string{"strata": real}
-	for _, name := range appArmorBinaries[1:] {
+	out := map[string]string{}
+	for _, name := range appArmorBinaries {
 		p := filepath.Join(filepath.Dir(real), name)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			if r, err := filepath.EvalSymlinks(p); err == nil {
 				out[name] = r
 			}
 		}
+	}
+	if !slices.Contains(appArmorBinaries, filepath.Base(real)) {
+		out["strata"] = real
 	}
 	return out, nil
 }

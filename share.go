@@ -14,7 +14,7 @@ type PushOptions struct {
 	// InsecureTLS allows a plain-HTTP registry or one whose certificate
 	// does not verify (--tls-verify=false).
 	InsecureTLS bool
-	Progress    func(done, total int64)
+	Progress    func(image.BlobProgress) // per layer; see image.PushOptions
 }
 
 // Push writes the commit ref names (a branch, a commit id or prefix) to

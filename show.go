@@ -62,10 +62,14 @@ type Shown struct {
 // Show resolves REF or REF:PATH.
 func (r *Repo) Show(ctx context.Context, spec string) (*Shown, error) {
 	ref, p, hasPath := strings.Cut(spec, ":")
+	t, err := r.parseTarget(ctx, "show", ref, false)
+	if err != nil {
+		return nil, err
+	}
 	var out Shown
 	var c *store.Commit
-	err := r.view(ctx, func(tx *store.Tx) error {
-		id, err := resolve(tx, ref)
+	err = r.view(ctx, func(tx *store.Tx) error {
+		id, err := resolve(tx, t.Ref)
 		if err != nil {
 			return err
 		}

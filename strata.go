@@ -25,6 +25,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/stratafs/strata/internal/workspace"
+	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/store"
 )
 
@@ -45,23 +47,12 @@ var (
 	// ErrInvalidArgument: bad input other than a name (a flag value, a
 	// batch job, a patch, a range). Errors in this category carry their
 	// whole explanation; the sentinel adds no text to them (invalidf).
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = workspace.ErrInvalidArgument
 )
-
-// invalidError is an ErrInvalidArgument whose message is only its own.
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == ErrInvalidArgument }
 
 // invalidf returns an ErrInvalidArgument error with the formatted message,
 // without a ": invalid argument" suffix.
-func invalidf(format string, args ...any) error {
-	return &invalidError{fmt.Sprintf(format, args...)}
-}
-
-// dbName is the database file inside the home directory.
-const dbName = "strata.db"
+func invalidf(format string, args ...any) error { return workspace.Invalidf(format, args...) }
 
 // Repo is an open store. The database is opened on first use, so that
 // commands that only talk to a running workspace (exec into a live keeper)
@@ -69,6 +60,10 @@ const dbName = "strata.db"
 type Repo struct {
 	home     string
 	readOnly bool
+	// layout names every path of the store; ws runs its workspaces'
+	// lifecycle (internal/workspace).
+	layout layout.Layout
+	ws     *workspace.Manager
 
 	once  sync.Once
 	st    *store.Store
@@ -94,19 +89,7 @@ type OpenOptions struct {
 
 // DefaultHome is $STRATA_HOME, then $XDG_DATA_HOME/strata, then
 // ~/.local/share/strata.
-func DefaultHome() (string, error) {
-	if h := os.Getenv("STRATA_HOME"); h != "" {
-		return filepath.Abs(h)
-	}
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
-		return filepath.Abs(filepath.Join(x, "strata"))
-	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("no store location: set STRATA_HOME or HOME: %w", err)
-	}
-	return filepath.Join(h, ".local", "share", "strata"), nil
-}
+func DefaultHome() (string, error) { return layout.DefaultHome() }
 
 // Init creates the store at home if it does not exist yet (idempotent) and
 // opens it.
@@ -121,17 +104,32 @@ func Open(home string, opts OpenOptions) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Repo{home: abs, readOnly: opts.ReadOnly}
+	r := newRepo(abs, opts.ReadOnly)
 	if opts.Create {
 		if _, err := r.db(); err != nil {
 			return nil, err
 		}
 		return r, nil
 	}
-	if _, err := os.Stat(filepath.Join(abs, dbName)); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(r.layout.DB()); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w (run `strata init`, or pass --home)", abs, ErrNoStore)
 	}
 	return r, nil
+}
+
+// newRepo is the handle on the store at home (absolute), not opened yet.
+func newRepo(home string, readOnly bool) *Repo {
+	r := &Repo{home: home, readOnly: readOnly, layout: layout.New(home)}
+	r.ws = &workspace.Manager{
+		Layout: r.layout,
+		DB:     r.db,
+		Settings: func() (workspace.Settings, error) {
+			s, err := r.Settings()
+			return workspace.Settings{MaxLayers: s.MaxLayers, ViewRO: s.ViewRO, ViewRW: s.ViewRW}, err
+		},
+		Source: func(source string) (string, []workspace.Bind) { return sourceDir(source), gitBinds(source) },
+	}
+	return r
 }
 
 // db returns the store, opening it on first use.

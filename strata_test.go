@@ -3,7 +3,6 @@ package strata
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,35 +26,6 @@ func TestValidateWorkspaceName(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrInvalidName) {
 			t.Errorf("ValidateWorkspaceName(%q): %v is not ErrInvalidName", name, err)
-		}
-	}
-}
-
-func TestMergeEnv(t *testing.T) {
-	got := mergeEnv([]string{"A=1", "B=2", "C=3"}, []string{"B=20", "D=4", "A=10"})
-	want := []string{"A=10", "B=20", "C=3", "D=4"}
-	if !slices.Equal(got, want) {
-		t.Errorf("mergeEnv = %q; want %q", got, want)
-	}
-}
-
-func TestSandboxEnv(t *testing.T) {
-	for _, tc := range []struct{ env, want []string }{
-		{
-			[]string{"PATH=/bin", "HOME=/home/u", "TMPDIR=/home/u/tmp", "XDG_CONFIG_HOME=/home/u/.config", "LANG=C"},
-			[]string{"PATH=/bin", "LANG=C", "HOME=/tmp", "TMPDIR=/tmp",
-				"NO_UPDATE_NOTIFIER=1", "npm_config_update_notifier=false", "PIP_DISABLE_PIP_VERSION_CHECK=1"},
-		},
-		{
-			// The caller's own choice of an update switch stands; XDG
-			// directories all go.
-			[]string{"XDG_CACHE_HOME=/c", "XDG_DATA_HOME=/d", "XDG_STATE_HOME=/s", "XDG_RUNTIME_DIR=/r", "npm_config_update_notifier=true"},
-			[]string{"npm_config_update_notifier=true", "HOME=/tmp", "TMPDIR=/tmp",
-				"NO_UPDATE_NOTIFIER=1", "PIP_DISABLE_PIP_VERSION_CHECK=1"},
-		},
-	} {
-		if got := sandboxEnv(tc.env); !slices.Equal(got, tc.want) {
-			t.Errorf("sandboxEnv(%q) = %q; want %q", tc.env, got, tc.want)
 		}
 	}
 }
@@ -185,48 +155,6 @@ func TestBatchFiles(t *testing.T) {
 	}
 }
 
-// TestCleanRunsKeepsUnreadableYoungRuns: a run whose state file cannot be
-// read (being written, or torn) is left alone while young; one whose
-// process is gone goes.
-func TestCleanRunsKeepsUnreadableYoungRuns(t *testing.T) {
-	r, err := Open(filepath.Join(t.TempDir(), "store"), OpenOptions{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	root := r.runsRoot(true)
-	mk := func(name, state string) string {
-		d := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Join(d, "upper"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if state != "-" {
-			if err := os.WriteFile(filepath.Join(d, runStateFile), []byte(state), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return d
-	}
-	_, start, err := procSelfStart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	empty := mk("empty", "")
-	torn := mk("torn", `{"pid":12`)
-	missing := mk("missing", "-")
-	live := mk("live", fmt.Sprintf(`{"pid":%d,"start":%d}`, os.Getpid(), start))
-	dead := mk("dead", fmt.Sprintf(`{"pid":%d,"start":%d}`, os.Getpid(), start+1))
-	r.cleanRuns(false)
-	for _, d := range []string{empty, torn, missing, live} {
-		if _, err := os.Stat(d); err != nil {
-			t.Errorf("%s was swept: %v", filepath.Base(d), err)
-		}
-	}
-	if _, err := os.Stat(dead); !os.IsNotExist(err) {
-		t.Errorf("the dead run is still there (%v)", err)
-	}
-}
-
 // TestRemoveLeftoverWorkspace: the directory a create killed before it
 // registered the workspace blocks a create of that name; ws rm --force
 // removes it, and without --force the name stays unknown.
@@ -236,7 +164,7 @@ func TestRemoveLeftoverWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	dir := r.wsDir("ghost")
+	dir := r.layout.Workspace("ghost")
 	if err := os.MkdirAll(filepath.Join(dir, "upper"), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
-
-	"github.com/stratafs/strata/nsexec"
 )
 
 // Shell runs an interactive shell (opts.Argv, default $SHELL, then
@@ -41,7 +39,7 @@ func (r *Repo) Shell(ctx context.Context, name string, opts ExecOptions) (ExitSt
 	// inside (tty: "not a tty"). --sandbox none sees the host's.
 	open := openPTY
 	if opts.Sandbox.Mode != SandboxNone {
-		open = func() (*os.File, *os.File, error) { return nsexec.OpenPTY(r.wsDir(name)) }
+		open = func() (*os.File, *os.File, error) { return r.ws.OpenPTY(name) }
 	}
 	master, slave, err := open()
 	if err != nil {

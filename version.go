@@ -3,7 +3,7 @@ package strata
 import (
 	"runtime"
 
-	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/internal/workspace"
 	"github.com/stratafs/strata/store"
 )
 
@@ -38,7 +38,7 @@ func Version() VersionInfo {
 		Commit:   commit,
 		Go:       runtime.Version(),
 		Schema:   store.SchemaVersion(),
-		Protocol: nsexec.ProtocolVersion,
+		Protocol: workspace.ProtocolVersion,
 		OS:       runtime.GOOS,
 		Arch:     runtime.GOARCH,
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -78,6 +79,10 @@ type Options struct {
 	// of count layers, bytes of the uncompressed tar read so far.
 	Progress func(p LayerProgress)
 	Warn     func(path, msg string)
+	// CacheDir, if set, is the push cache (PushOptions.CacheDir): a pull
+	// from a registry records there which repository holds each layer
+	// blob, so that a later push to that registry mounts them.
+	CacheDir string
 }
 
 // LayerProgress reports reading one layer.
@@ -87,6 +92,12 @@ type LayerProgress struct {
 	Done         int64 // uncompressed bytes read
 	Size         int64 // the compressed size the manifest gives
 	Reused       bool  // the layer's commit exists: not read
+	// Fetched is the compressed bytes received from a registry so far
+	// (of Size); 0 for other sources.
+	Fetched int64
+	// Finished: the layer is committed (or was reused); the last report
+	// of the layer.
+	Finished bool
 }
 
 // LayerResult reports one layer of an import.
@@ -169,9 +180,29 @@ func Import(ctx context.Context, s *store.Store, srcRef string, opts Options) (*
 	if kc == nil {
 		kc = Keychain()
 	}
-	o, err := open(ctx, src, openOptions{platform: plat, explicit: opts.Platform != "", tlsVerify: opts.TLSVerify, keychain: kc})
+	// The registry's blob bodies, counted per digest as they arrive:
+	// the compressed side of each layer's progress.
+	var fetchedMu sync.Mutex
+	fetched := map[string]int64{}
+	watch := &blobWatch{read: func(d string, n int64) {
+		fetchedMu.Lock()
+		fetched[d] += n
+		fetchedMu.Unlock()
+	}}
+	o, err := open(ctx, src, openOptions{platform: plat, explicit: opts.Platform != "", tlsVerify: opts.TLSVerify, keychain: kc, watch: watch})
 	if err != nil {
 		return nil, err
+	}
+	if opts.Progress != nil {
+		user := opts.Progress
+		opts.Progress = func(p LayerProgress) {
+			if i := p.Index; i < len(o.manifest.Layers) {
+				fetchedMu.Lock()
+				p.Fetched = fetched[o.manifest.Layers[i].Digest.String()]
+				fetchedMu.Unlock()
+			}
+			user(p)
+		}
 	}
 	// Decided before anything is fetched: an image commit does not
 	// continue a branch's history, so only a branch that already holds
@@ -229,6 +260,13 @@ func Import(ctx context.Context, s *store.Store, srcRef string, opts Options) (*
 	}
 	if belowCommit == nil {
 		return nil, fmt.Errorf("image %s has no layers", src)
+	}
+	if opts.CacheDir != "" && o.repo != nil {
+		digests := make([]v1.Hash, len(o.manifest.Layers))
+		for i, l := range o.manifest.Layers {
+			digests[i] = l.Digest
+		}
+		addLocations(opts.CacheDir, *o.repo, digests)
 	}
 	res.Tree, res.Stats = belowCommit.Tree, belowCommit.Stats
 
@@ -305,14 +343,14 @@ func importLayer(ctx context.Context, s *store.Store, l v1.Layer, i, n int, diff
 	}); err != nil {
 		return nil, nil, err
 	}
-	report := func(done int64, reused bool) {
+	report := func(done int64, reused, finished bool) {
 		if opts.Progress != nil {
-			opts.Progress(LayerProgress{Index: i, Count: n, DiffID: diffID.String(), Done: done, Size: size, Reused: reused})
+			opts.Progress(LayerProgress{Index: i, Count: n, DiffID: diffID.String(), Done: done, Size: size, Reused: reused, Finished: finished})
 		}
 	}
 	if existing != nil {
 		lr.Reused = true
-		report(0, true)
+		report(0, true, true)
 		return lr, existing, nil
 	}
 
@@ -322,7 +360,7 @@ func importLayer(ctx context.Context, s *store.Store, l v1.Layer, i, n int, diff
 	}
 	defer rc.Close()
 	h := sha256.New()
-	cr := &countingReader{r: io.TeeReader(rc, h), report: func(n int64) { report(n, false) }}
+	cr := &countingReader{r: io.TeeReader(rc, h), report: func(n int64) { report(n, false, false) }}
 
 	w, err := s.NewWriter(ctx, "import image layer "+diffID.String())
 	if err != nil {
@@ -348,7 +386,7 @@ func importLayer(ctx context.Context, s *store.Store, l v1.Layer, i, n int, diff
 		return nil, nil, err
 	}
 	lr.ReadBytes = cr.n
-	report(cr.n, false)
+	report(cr.n, false, false)
 	ar, err := snapshot.ApplyUpper(ctx, s, w, baseTree, changes, snapshot.ApplyOptions{BaseStats: baseStats, Warn: opts.Warn})
 	if err != nil {
 		return nil, nil, err
@@ -389,6 +427,7 @@ func importLayer(ctx context.Context, s *store.Store, l v1.Layer, i, n int, diff
 	}
 	ws := w.Stats()
 	lr.NewObjects, lr.NewBytes = ws.NewObjects, ws.NewBytes
+	report(cr.n, false, true)
 	return lr, c, nil
 }
 

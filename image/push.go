@@ -55,11 +55,37 @@ type PushOptions struct {
 	TempDir string
 	// CacheDir, if set, remembers each layer's digests (by the two trees
 	// and the build), so that a layer the registry has is not even
-	// written again: only a layer the registry lacks is generated.
+	// written again: only a layer the registry lacks is generated. It
+	// also remembers which repositories of which registries hold each
+	// blob (pushed there or pulled from there), so that a push to
+	// another repository of the same registry asks the registry to mount
+	// the blob from one of them instead of uploading it (locations.go).
 	CacheDir string
-	// Progress, if set, is called as blobs are uploaded: bytes written of
-	// the total the upload needs (blobs the registry has are not counted).
-	Progress func(done, total int64)
+	// Progress, if set, is called as each layer is built and sent (from
+	// several goroutines: blobs are uploaded in parallel).
+	Progress func(BlobProgress)
+}
+
+// BlobState is where one layer of a push is.
+type BlobState string
+
+// The states of a pushed layer, in the order a layer goes through them.
+// A layer ends uploaded, exists, mounted or written.
+const (
+	BlobBuilding  BlobState = "building"  // its tar is written from the store (Done: tar bytes of about Size)
+	BlobUploading BlobState = "uploading" // Done of Size gzip bytes sent
+	BlobUploaded  BlobState = "uploaded"  // the registry stored it
+	BlobExists    BlobState = "exists"    // the registry had it: nothing sent
+	BlobMounted   BlobState = "mounted"   // mounted from another repository of the registry: nothing sent
+	BlobWritten   BlobState = "written"   // into an OCI layout
+)
+
+// BlobProgress reports one layer of a push.
+type BlobProgress struct {
+	Index, Count int    // the layer (0 = bottom) of Count
+	Digest       string // of the gzip blob, once known
+	State        BlobState
+	Done, Size   int64
 }
 
 // PushedLayer is one layer of a pushed image.
@@ -69,6 +95,11 @@ type PushedLayer struct {
 	Digest string   `json:"digest"` // of the gzip blob
 	Size   int64    `json:"size"`   // of the gzip blob
 	Tar    int64    `json:"tar_bytes"`
+	// State says how the layer reached the destination: uploaded, exists
+	// (the registry had it), mounted (from MountedFrom, another
+	// repository of the registry), written (an OCI layout).
+	State       BlobState `json:"state"`
+	MountedFrom string    `json:"mounted_from,omitempty"`
 }
 
 // PushResult reports a push.
@@ -144,13 +175,29 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 			return nil, fmt.Errorf("push %s: %w", dst, err)
 		}
 	}
-	tmp, err := os.MkdirTemp(opts.TempDir, "strata-push-")
+	pd, err := newPushDir(opts.TempDir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("push %s: %w", dst, err)
 	}
-	defer os.RemoveAll(tmp)
+	defer pd.release()
+	tmp := pd.path
 
 	res := &PushResult{Dest: dst.String(), Commit: commit, Tree: chain[len(chain)-1].Tree}
+	count := 0
+	for i, c := range chain {
+		if i == 0 || c.Tree != chain[i-1].Tree {
+			count++
+		}
+	}
+	var progressMu sync.Mutex
+	report := func(p BlobProgress) {
+		if opts.Progress != nil {
+			p.Count = count
+			progressMu.Lock()
+			defer progressMu.Unlock()
+			opts.Progress(p)
+		}
+	}
 	var layers []*blobLayer
 	var history []v1.History
 	var prevTree store.ID
@@ -158,7 +205,11 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 		if c.Tree == prevTree {
 			continue
 		}
-		l, err := layerBlob(ctx, s, prevTree, c.Tree, tmp, fmt.Sprintf("layer%d", i), opts.CacheDir)
+		li := len(layers)
+		building := func(digest string, done, size int64) {
+			report(BlobProgress{Index: li, Digest: digest, State: BlobBuilding, Done: done, Size: size})
+		}
+		l, err := layerBlob(ctx, s, prevTree, c.Tree, tmp, fmt.Sprintf("layer%d", i), opts.CacheDir, building)
 		if err != nil {
 			return nil, fmt.Errorf("push %s: layer of commit %s: %w", dst, ids[i].Short(), err)
 		}
@@ -175,11 +226,29 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 		return nil, fmt.Errorf("push %s: commit %s has an empty tree: an image needs a layer", dst, commit.Short())
 	}
 
+	// A layer that another repository of the destination's registry
+	// holds is offered to remote.Write as mountable from there.
+	mountFrom := make([]string, len(layers))
+	if ref != nil && opts.CacheDir != "" {
+		for i, l := range layers {
+			mountFrom[i] = mountSource(opts.CacheDir, ref.Context(), l.digest)
+		}
+	}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	adds := make([]mutate.Addendum, len(layers))
 	for i, l := range layers {
-		adds[i] = mutate.Addendum{Layer: l, History: history[i], MediaType: types.OCILayer}
+		var layer v1.Layer = l
+		if mountFrom[i] != "" {
+			var nopts []name.Option
+			if !opts.TLSVerify {
+				nopts = append(nopts, name.Insecure)
+			}
+			if from, err := name.ParseReference(mountFrom[i]+"@"+l.digest.String(), nopts...); err == nil {
+				layer = &remote.MountableLayer{Layer: l, Reference: from}
+			}
+		}
+		adds[i] = mutate.Addendum{Layer: layer, History: history[i], MediaType: types.OCILayer}
 	}
 	if img, err = mutate.Append(img, adds...); err != nil {
 		return nil, err
@@ -230,29 +299,61 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 		if kc == nil {
 			kc = Keychain()
 		}
-		var total int64
-		for _, l := range layers {
-			total += l.size
+		byDigest := map[string]int{}
+		for i, l := range layers {
+			byDigest[l.digest.String()] = i
 		}
 		var mu sync.Mutex
-		count := func(n int64) {
-			mu.Lock()
-			defer mu.Unlock()
-			res.Uploaded += n
-			if opts.Progress != nil {
-				opts.Progress(res.Uploaded, total)
+		sent := make([]int64, len(layers))
+		states := &blobStates{}
+		settle := func(st BlobState) func(string) {
+			return func(d string) {
+				if i, ok := byDigest[d]; ok {
+					states.set(d, st)
+					report(BlobProgress{Index: i, Digest: d, State: st, Done: layers[i].size, Size: layers[i].size})
+				}
 			}
 		}
-		for _, l := range layers {
-			l.read = count
+		for i, l := range layers {
+			l.read = func(n int64) {
+				mu.Lock()
+				res.Uploaded += n
+				sent[i] += n
+				done := min(sent[i], l.size)
+				mu.Unlock()
+				report(BlobProgress{Index: i, Digest: l.digest.String(), State: BlobUploading, Done: done, Size: l.size})
+			}
 		}
-		// remote.Write asks the registry for each blob first (and mounts
-		// across repositories of one registry where it can); a layer's
+		watch := &blobWatch{rt: transport(opts.TLSVerify), exists: settle(BlobExists), mounted: settle(BlobMounted), stored: settle(BlobUploaded)}
+		// remote.Write asks the registry for each blob first, and asks it
+		// to mount a MountableLayer from its repository; a layer's
 		// Compressed is opened only to upload it.
 		err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc),
-			remote.WithTransport(transport(opts.TLSVerify)))
+			remote.WithTransport(watch))
 		if err != nil {
 			return nil, fmt.Errorf("push %s: %w", dst, err)
+		}
+		for i, l := range layers {
+			st := states.get(l.digest.String())
+			if st == "" {
+				// The registry took it without a closing PUT we saw
+				// (a monolithic upload): it was sent if it was read.
+				st = BlobExists
+				if sent[i] > 0 {
+					st = BlobUploaded
+				}
+			}
+			res.Layers[i].State = st
+			if st == BlobMounted {
+				res.Layers[i].MountedFrom = mountFrom[i]
+			}
+		}
+		if opts.CacheDir != "" {
+			digests := make([]v1.Hash, len(layers))
+			for i, l := range layers {
+				digests[i] = l.digest
+			}
+			addLocations(opts.CacheDir, ref.Context(), digests)
 		}
 	case TransportOCI:
 		p, err := layout.FromPath(dst.Ref)
@@ -267,6 +368,10 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 		}
 		if err := p.AppendImage(img, lopts...); err != nil {
 			return nil, fmt.Errorf("push %s: %w", dst, err)
+		}
+		for i, l := range layers {
+			res.Layers[i].State = BlobWritten
+			report(BlobProgress{Index: i, Digest: l.digest.String(), State: BlobWritten, Done: l.size, Size: l.size})
 		}
 	}
 	res.DurationNs = time.Since(start).Nanoseconds()
@@ -312,9 +417,9 @@ type cachedLayer struct {
 
 // layerBlob returns the layer from lower to upper: from the cache (the
 // file written only if the registry asks for it) or written now.
-func layerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, dir, name, cache string) (*blobLayer, error) {
+func layerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, dir, name, cache string, building func(digest string, done, size int64)) (*blobLayer, error) {
 	if cache == "" {
-		return writeLayerBlob(ctx, s, lower, upper, dir, name)
+		return writeLayerBlob(ctx, s, lower, upper, dir, name, building)
 	}
 	key := sha256.Sum256([]byte("strata layer v1 " + runtime.Version() + " " + lower.String() + " " + upper.String()))
 	cp := path.Join(cache, hex.EncodeToString(key[:]))
@@ -323,7 +428,7 @@ func layerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, dir, 
 		if json.Unmarshal(b, &c) == nil && c.Size > 0 {
 			l := &blobLayer{file: path.Join(dir, name), digest: c.Digest, diffID: c.DiffID, size: c.Size, tarSize: c.Tar}
 			l.make = func() error {
-				w, err := writeLayerBlob(ctx, s, lower, upper, dir, name)
+				w, err := writeLayerBlob(ctx, s, lower, upper, dir, name, func(_ string, done, size int64) { building(c.Digest.String(), done, size) })
 				if err != nil {
 					return err
 				}
@@ -335,7 +440,7 @@ func layerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, dir, 
 			return l, nil
 		}
 	}
-	l, err := writeLayerBlob(ctx, s, lower, upper, dir, name)
+	l, err := writeLayerBlob(ctx, s, lower, upper, dir, name, building)
 	if err != nil {
 		return nil, err
 	}
@@ -418,8 +523,9 @@ func (c *hashCounter) hash() v1.Hash {
 }
 
 // writeLayerBlob writes the layer from tree lower to tree upper as a gzip
-// file in dir, hashing both forms as it goes.
-func writeLayerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, dir, name string) (*blobLayer, error) {
+// file in dir, hashing both forms as it goes; building (if set) is told
+// the tar bytes written of about how many.
+func writeLayerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, dir, name string, building func(digest string, done, size int64)) (*blobLayer, error) {
 	f, err := os.Create(path.Join(dir, name))
 	if err != nil {
 		return nil, err
@@ -428,7 +534,13 @@ func writeLayerBlob(ctx context.Context, s *store.Store, lower, upper store.ID, 
 	comp := &hashCounter{h: sha256.New()}
 	raw := &hashCounter{h: sha256.New()}
 	z, _ := gzip.NewWriterLevel(io.MultiWriter(f, comp), gzip.BestSpeed)
-	if err := LayerTar(ctx, s, lower, upper, io.MultiWriter(z, raw)); err != nil {
+	var tw io.Writer = io.MultiWriter(z, raw)
+	var sized func(int64)
+	if building != nil {
+		bw := &buildWriter{w: tw, fn: building}
+		tw, sized = bw, func(n int64) { bw.size = n; building("", 0, n) }
+	}
+	if err := layerTar(ctx, s, lower, upper, tw, sized); err != nil {
 		return nil, err
 	}
 	if err := z.Close(); err != nil {
@@ -456,6 +568,31 @@ func walkLess(a, b string) bool {
 // beneath holds unchanged, is a hard link to it. The same two trees give
 // the same bytes.
 func LayerTar(ctx context.Context, s *store.Store, lower, upper store.ID, w io.Writer) error {
+	return layerTar(ctx, s, lower, upper, w, nil)
+}
+
+// buildWriter reports a layer's tar bytes as they are written, at most
+// once per MiB.
+type buildWriter struct {
+	w       io.Writer
+	fn      func(digest string, done, size int64)
+	n, last int64
+	size    int64
+}
+
+func (b *buildWriter) Write(p []byte) (int, error) {
+	n, err := b.w.Write(p)
+	b.n += int64(n)
+	if b.n-b.last >= 1<<20 {
+		b.last = b.n
+		b.fn("", b.n, max(b.size, b.n))
+	}
+	return n, err
+}
+
+// layerTar is LayerTar; sized, if set, is first told about how many tar
+// bytes the layer holds (its files' sizes and a header each).
+func layerTar(ctx context.Context, s *store.Store, lower, upper store.ID, w io.Writer, sized func(int64)) error {
 	changes, err := snapshot.Diff(ctx, s, lower, upper)
 	if err != nil {
 		return err
@@ -518,6 +655,16 @@ func LayerTar(ctx context.Context, s *store.Store, lower, upper store.ID, w io.W
 		}
 		return walkLess(items[i].p, items[j].p)
 	})
+	if sized != nil {
+		var n int64
+		for _, it := range items {
+			n += 512
+			if it.e != nil && it.e.Type == store.TypeFile {
+				n += (it.e.Size + 511) &^ 511
+			}
+		}
+		sized(n)
+	}
 	tw := tar.NewWriter(w)
 	written := map[string]bool{} // link group keys this layer holds
 	for _, it := range items {

@@ -129,6 +129,7 @@ type openOptions struct {
 	explicit  bool // the platform was asked for
 	tlsVerify bool
 	keychain  authn.Keychain
+	watch     *blobWatch // if set, sees a registry's requests (its rt is set here)
 }
 
 // opened is an image ready to read, with what was verified about it.
@@ -137,12 +138,14 @@ type opened struct {
 	digest   v1.Hash // the manifest's
 	manifest *v1.Manifest
 	config   *v1.ConfigFile
+	repo     *name.Repository // a registry source's repository
 }
 
 // open resolves src to one image of the wanted platform and verifies its
 // manifest and config by digest. Layers are verified as they are read.
 func open(ctx context.Context, src Source, o openOptions) (*opened, error) {
 	var img v1.Image
+	var repo *name.Repository
 	var want *v1.Hash // the manifest digest the source vouches for
 	switch src.Transport {
 	case TransportDocker:
@@ -162,6 +165,11 @@ func open(ctx context.Context, src Source, o openOptions) (*opened, error) {
 		if o.tlsVerify {
 			rt = httpsOnly{t}
 		}
+		if o.watch != nil {
+			o.watch.rt, rt = rt, o.watch
+		}
+		r := ref.Context()
+		repo = &r
 		img, err = remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(o.keychain),
 			remote.WithPlatform(o.platform), remote.WithTransport(rt))
 		if err != nil {
@@ -230,7 +238,7 @@ func open(ctx context.Context, src Source, o openOptions) (*opened, error) {
 		}
 		return nil, fmt.Errorf("image %s is %s/%s, not %s/%s%s", src, cf.OS, cf.Architecture, o.platform.OS, o.platform.Architecture, hint)
 	}
-	return &opened{img: img, digest: got, manifest: m, config: cf}, nil
+	return &opened{img: img, digest: got, manifest: m, config: cf, repo: repo}, nil
 }
 
 // fromLayout picks the image tagged src.Tag (or the only one) of an OCI

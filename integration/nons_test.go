@@ -89,14 +89,19 @@ func noNSInner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := seccomp.PlanNoNamespaces(seccomp.Agent(), runtime.GOARCH)
+	f, err := seccomp.Plan(seccomp.Agent(), runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
 	}
-	progs, err := seccomp.Compile(f)
+	progs, err := seccomp.Program(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	deny, err := seccomp.UnixSocketDeny(runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs = append(progs, deny)
 	secret := filepath.Join(os.Getenv("STRATA_IT_NONS_OUTSIDE"), "secret")
 	run := func(script string) (nsexec.ExitStatus, string) {
 		t.Helper()

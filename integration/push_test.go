@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +16,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/image"
 	"github.com/stratafs/strata/internal/testutil"
@@ -144,6 +149,11 @@ func TestPushPull(t *testing.T) {
 	if px.uploaded() == 0 || p1.Uploaded == 0 {
 		t.Fatalf("first push uploaded nothing (proxy %d, strata %d)", px.uploaded(), p1.Uploaded)
 	}
+	for i, l := range p1.Layers {
+		if l.State != image.BlobUploaded {
+			t.Errorf("first push: layer %d %s, want uploaded", i, l.State)
+		}
+	}
 
 	// The same commit again: no blob is sent.
 	before := px.uploaded()
@@ -151,6 +161,11 @@ func TestPushPull(t *testing.T) {
 	h1.okJSON(&p2, "push", "env", "docker://"+repo+":env-again", "--tls-verify=false")
 	if d := px.uploaded() - before; d != 0 || p2.Digest != p1.Digest {
 		t.Errorf("second push of an unchanged commit: %d blob bytes uploaded, digest %s (first %s); want 0 and the same", d, p2.Digest, p1.Digest)
+	}
+	for i, l := range p2.Layers {
+		if l.State != image.BlobExists {
+			t.Errorf("second push: layer %d %s, want exists", i, l.State)
+		}
 	}
 
 	// A one-file commit on it: one small layer (and the config) reach
@@ -220,6 +235,37 @@ func TestPushPull(t *testing.T) {
 		t.Errorf("manifest has no %s naming %s: %s", image.AnnotationBaseDigest, env.Config.Digest, raw)
 	}
 
+	// podman runs the pushed snapshot (rootless in the rootless pass): the
+	// workspace's file is there, over the base image's files as strata
+	// pushed them — its whiteouts (etc/issue.net, the directory
+	// var/lib/dpkg/alternatives) and its opaque directory
+	// (usr/share/common-licenses holds only ONLY), owners and modes.
+	pm := newPodman(t)
+	got := pm.runImage(repo+":one", `cat /pushed.txt; test ! -e /etc/issue.net && echo no-issue.net; ls -A /usr/share/common-licenses
+test ! -e /var/lib/dpkg/alternatives && echo no-alternatives; stat -c "%a %u %g" /opt/env/secret /opt/env/setuid; test -s /etc/debian_version && echo base`)
+	if want := "pushed\nno-issue.net\nONLY\nno-alternatives\n640 1000 1000\n4755 0 0\nbase\n"; got != want {
+		t.Errorf("podman run of the pushed snapshot printed\n%s\nwant\n%s", got, want)
+	}
+
+	// Another repository of the same registry: every layer is there (in
+	// strata/snap), so each is mounted, not uploaded.
+	before = px.uploaded()
+	blobsBefore = reg.blobs(t)
+	var p5 image.PushResult
+	h1.okJSON(&p5, "push", "ws/w", "docker://"+px.addr+"/strata/other:one", "--tls-verify=false")
+	for i, l := range p5.Layers {
+		if l.State != image.BlobMounted || l.MountedFrom != px.addr+"/strata/snap" {
+			t.Errorf("push to another repository: layer %d %s, from %q; want mounted from %s/strata/snap", i, l.State, l.MountedFrom, px.addr)
+		}
+	}
+	if d := px.uploaded() - before; p5.Uploaded != 0 || d > 8192 || len(reg.blobs(t)) != len(blobsBefore) {
+		t.Errorf("push to another repository: strata sent %d layer bytes, the registry received %d bytes and has %d new blobs; want 0, a config, none",
+			p5.Uploaded, d, len(reg.blobs(t))-len(blobsBefore))
+	}
+	if got := pm.runImage(px.addr+"/strata/other:one", "cat /pushed.txt"); got != "pushed\n" {
+		t.Errorf("podman run of the mounted push: %q", got)
+	}
+
 	// A store with the base: pulling the one-file snapshot downloads
 	// only its new layer (and the config).
 	h2 := newHome(t)
@@ -265,9 +311,16 @@ func TestPushPull(t *testing.T) {
 	if got := h3.ok("exec", "x", "--", "cat", "pushed.txt").stdout; got != "pushed\n" {
 		t.Errorf("pulled workspace: pushed.txt holds %q", got)
 	}
+	// It pushes what it pulled to a repository of its own: the store
+	// knows where the blobs came from, so all are mounted from there.
 	before = px.uploaded()
 	var p4 image.PushResult
-	h3.okJSON(&p4, "push", "one", "docker://"+repo+":from-h3", "--tls-verify=false")
+	h3.okJSON(&p4, "push", "one", "docker://"+px.addr+"/strata/h3:from-h3", "--tls-verify=false")
+	for i, l := range p4.Layers {
+		if l.State != image.BlobMounted || l.MountedFrom != px.addr+"/strata/snap" {
+			t.Errorf("push of a pulled snapshot to another repository: layer %d %s from %q; want mounted from %s/strata/snap", i, l.State, l.MountedFrom, px.addr)
+		}
+	}
 	for i := range p3.Layers {
 		if i >= len(p4.Layers) || p4.Layers[i].Digest != p3.Layers[i].Digest {
 			t.Fatalf("push from a second store: layers %+v, first store's %+v", p4.Layers, p3.Layers)
@@ -276,8 +329,8 @@ func TestPushPull(t *testing.T) {
 	if len(p4.Layers) != len(p3.Layers) {
 		t.Errorf("push from a second store: %d layers, want %d", len(p4.Layers), len(p3.Layers))
 	}
-	if d := px.uploaded() - before; d > 8192 {
-		t.Errorf("push from a second store uploaded %d blob bytes; want only a config", d)
+	if d := px.uploaded() - before; d > 8192 || p4.Uploaded != 0 {
+		t.Errorf("push from a second store uploaded %d blob bytes (%d layer bytes); want only a config", d, p4.Uploaded)
 	}
 	h1.fsckClean()
 	h2.fsckClean()
@@ -358,5 +411,196 @@ func TestBatchShards(t *testing.T) {
 	r = h0.fails(1, "batch-merge", "--jobs", jobsFile, outs[0], outs[1], outs[1])
 	if !strings.Contains(r.stderr, "duplicate 20") {
 		t.Errorf("batch-merge with a shard twice: %s", r)
+	}
+}
+
+// pushDirs lists the strata-push-* directories in a store.
+func pushDirs(t *testing.T, h *home) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(h.dir, "strata-push-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestPushKilledGC: a push keeps its layer blobs in a strata-push-*
+// directory of the store. gc leaves a running push's directory alone (it
+// holds the directory's lock); a push killed by SIGKILL leaves its
+// directory, and the next gc removes it at once (nobody holds its lock),
+// the store intact.
+func TestPushKilledGC(t *testing.T) {
+	imgs := testImages(t)
+	h := newHome(t)
+	importImage(h, "oci:"+filepath.Join(imgs, "oci")+":env", "-b", "env")
+	dest := "oci:" + filepath.Join(t.TempDir(), "layout") + ":env"
+	cmd := exec.Command(bin(t), "--home", h.dir, "push", "env", dest)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// Wait until the push has written part of a layer blob.
+	var dir string
+	deadline := time.Now().Add(time.Minute)
+	for dir == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no strata-push-* directory with a blob after a minute: %s", out.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("push ended before it could be killed (%v): %s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		for _, d := range pushDirs(t, h) {
+			if m, _ := filepath.Glob(filepath.Join(d, "layer*")); len(m) > 0 {
+				dir = d
+			}
+		}
+	}
+	// gc while it runs: the directory stays.
+	var g struct {
+		StaleRemoved []string `json:"stale_removed"`
+	}
+	h.okJSON(&g, "gc")
+	select {
+	case err := <-done:
+		t.Logf("the push finished during gc (%v): the running-push case was not exercised", err)
+	default:
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("gc removed a running push's directory: %v (removed %v)", err, g.StaleRemoved)
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("the killed push left no directory to collect: %v", err)
+		}
+		h.okJSON(&g, "gc")
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("gc left the killed push's %s (removed %v): %v", dir, g.StaleRemoved, err)
+		}
+		if len(g.StaleRemoved) != 1 || g.StaleRemoved[0] != dir {
+			t.Errorf("gc reports removed %v, want [%s]", g.StaleRemoved, dir)
+		}
+	}
+	if left := pushDirs(t, h); len(left) != 0 {
+		t.Errorf("left after gc: %v", left)
+	}
+	h.fsckClean()
+	// The store still pushes.
+	h.ok("push", "env", dest)
+}
+
+// openPTY opens a pseudo-terminal pair: the master, read by the test, and
+// the slave, a command's terminal.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		testutil.Skip(t, "no pseudo-terminals: "+err.Error())
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		m.Close()
+		t.Fatalf("unlockpt: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		m.Close()
+		t.Fatalf("ptsname: %v", err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 120}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// onPTY runs strata with stdout on a terminal and returns what it wrote
+// there (stderr is not on it).
+func onPTY(t *testing.T, h *home, args ...string) string {
+	t.Helper()
+	m, s := openPTY(t)
+	cmd := exec.Command(bin(t), append([]string{"--home", h.dir}, args...)...)
+	var errb strings.Builder
+	cmd.Stdout, cmd.Stderr = s, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // the command holds it: EOF (EIO) on the master once it exits
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, m); close(copied) }()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("strata %s on a terminal: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	<-copied
+	return out.String()
+}
+
+// TestPushProgressTTY: on a terminal, push draws a bar per layer and
+// clears them before its summary; --json on a terminal, and output that
+// is not a terminal, have no bars.
+func TestPushProgressTTY(t *testing.T) {
+	src := t.TempDir()
+	// A layer large enough to be drawn while it is built (the bars redraw
+	// at most every 100 ms, and at once when a layer changes state).
+	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i * 7919 >> 8)
+	}
+	if err := os.WriteFile(filepath.Join(src, "big.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newHome(t)
+	h.ok("import", src, "-b", "main")
+	h.ok("ws", "create", "w")
+	h.ok("exec", "w", "--", "sh", "-c", "echo two > second.txt")
+	h.ok("commit", "w", "-m", "second layer")
+	layout := filepath.Join(t.TempDir(), "layout")
+
+	out := onPTY(t, h, "push", "ws/w", "oci:"+layout+":tty")
+	for _, want := range []string{"layer 1/2", "layer 2/2", "building", "written", "\x1b[J", "pushed "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("push on a terminal: no %q in %q", want, out)
+		}
+	}
+	// The summary comes after the bars were cleared, and no bar is left.
+	clear := strings.LastIndex(out, "\x1b[J")
+	if sum := strings.Index(out, "pushed "); sum < clear {
+		t.Errorf("summary at %d, bars cleared at %d: %q", sum, clear, out)
+	}
+	if tail := out[clear+len("\x1b[J"):]; strings.Contains(tail, "[=") || strings.Contains(tail, "\x1b[") {
+		t.Errorf("bars after the clear: %q", tail)
+	}
+	// The same push piped, and with --json on a terminal: no escape sequences.
+	piped := h.ok("push", "ws/w", "oci:"+layout+":piped").stdout
+	js := onPTY(t, h, "--json", "push", "ws/w", "oci:"+layout+":json")
+	for name, o := range map[string]string{"piped": piped, "--json on a terminal": js} {
+		if strings.Contains(o, "\x1b") || strings.Contains(o, "building") {
+			t.Errorf("push %s: progress in the output: %q", name, o)
+		}
+	}
+	if !strings.HasPrefix(piped, "pushed ") {
+		t.Errorf("piped push printed %q", piped)
+	}
+
+	// Pull from a registry on a terminal: a bar per layer, cleared.
+	reg := startRegistry(t)
+	h.ok("push", "ws/w", "docker://"+reg.addr+"/strata/tty:1", "--tls-verify=false")
+	out = onPTY(t, newHome(t), "pull", "docker://"+reg.addr+"/strata/tty:1", "-b", "w", "--tls-verify=false")
+	for _, want := range []string{"layer 1/2", "layer 2/2", " done", "\x1b[J", "pulled "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pull on a terminal: no %q in %q", want, out)
+		}
+	}
+	if clear, sum := strings.LastIndex(out, "\x1b[J"), strings.Index(out, "pulled "); sum < clear {
+		t.Errorf("pull: summary at %d, bars cleared at %d: %q", sum, clear, out)
 	}
 }

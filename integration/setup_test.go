@@ -26,6 +26,7 @@ func TestSetupAppArmor(t *testing.T) {
 		"include <tunables/global>",
 		"profile strata " + real + " flags=(unconfined) {\n  userns,",
 		"profile strata-init " + filepath.Join(filepath.Dir(real), "strata-init") + " flags=(unconfined) {",
+		"profile strata-core " + filepath.Join(filepath.Dir(real), "strata-core") + " flags=(unconfined) {",
 		"include if exists <local/strata>",
 	} {
 		if !strings.Contains(r.stdout, want) {

@@ -25,9 +25,9 @@ import (
 //     a nested user namespace then fails with ENOSPC, as under
 //     user.max_user_namespaces=0;
 //   - under a seccomp filter that refuses CLONE_NEWUSER, as container
-//     runtimes' default profiles do: the test binary re-executes itself
-//     as a launcher (envSeccompExec) that loads the filter and execs the
-//     command.
+//     runtimes' default profiles do (strata's agent preset): the test
+//     binary re-executes itself as a launcher (envSeccompExec) that loads
+//     the filter and execs the command.
 
 // envSeccompExec=1 makes the test binary the launcher: it execs its
 // arguments under the filter.
@@ -39,44 +39,23 @@ func init() {
 	}
 	os.Unsetenv(envSeccompExec)
 	args := os.Args[1:]
-	if err := seccomp.Apply(noUserNSFilter()); err != nil {
+	f, err := seccomp.Plan(seccomp.Agent(), runtime.GOARCH)
+	if err == nil {
+		err = seccomp.Apply(f)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "seccomp launcher: %v\n", err)
 		os.Exit(125)
 	}
-	err := syscall.Exec(args[0], args, os.Environ())
+	err = syscall.Exec(args[0], args, os.Environ())
 	fmt.Fprintf(os.Stderr, "seccomp launcher: exec %s: %v\n", args[0], err)
 	os.Exit(127)
 }
 
-// noUserNSFilter refuses what Docker's default profile refuses to a
-// process without CAP_SYS_ADMIN, as far as user namespaces go: unshare
-// and clone with CLONE_NEWUSER (EPERM), and clone3, whose flags seccomp
-// cannot see (ENOSYS, so that libc falls back to clone).
-func noUserNSFilter() *seccomp.Filter {
-	const cloneNewUser = syscall.CLONE_NEWUSER
-	flag := []seccomp.Arg{{Index: 0, Op: seccomp.OpMaskedEq, Mask: cloneNewUser, Value: cloneNewUser}}
-	rules := []seccomp.Rule{
-		{Syscall: "unshare", Errno: "EPERM", Args: flag},
-		{Syscall: "clone", Errno: "EPERM", Args: flag},
-		{Syscall: "clone3", Nr: 435, Errno: "ENOSYS"},
-	}
-	arches, err := seccomp.Archs(runtime.GOARCH)
-	if err != nil {
-		panic(err)
-	}
-	f := &seccomp.Filter{}
-	for _, a := range arches {
-		rs := rules
-		if a == "x32" {
-			rs = append([]seccomp.Rule{}, rules...)
-			rs[2].Nr |= 0x40000000
-		}
-		f.Arches = append(f.Arches, seccomp.ArchRules{Arch: a, Rules: rs})
-	}
-	return f
-}
-
-// underSeccomp returns a command that runs argv under noUserNSFilter.
+// underSeccomp returns a command that runs argv under strata's own agent
+// filter, which refuses unshare and clone with CLONE_NEWUSER (EPERM) and
+// clone3 (ENOSYS), as container runtimes' default profiles do (and mount,
+// as they do too).
 func underSeccomp(t *testing.T, argv ...string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()

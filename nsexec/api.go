@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/overlayfs"
 )
@@ -56,6 +57,60 @@ type Spec struct {
 	// reaches. They are captured before anything is mounted, so they may
 	// lie anywhere (beneath /tmp, beneath the target).
 	View []Bind `json:"view,omitempty"`
+	// Root, when set, makes the root commands see an image root (a
+	// container image's layers) instead of the host view: its overlay
+	// becomes / (pivot_root), and the workspace's overlay (Lowers, Upper,
+	// Work), when Lowers is not empty, is mounted at Target inside it —
+	// a project on an environment (--root IMAGE --at PATH). With Lowers
+	// empty the root is the workspace itself, and Target is only where
+	// commands start by default and what Keeper.Path shows (usually "/").
+	// Dir is required: the root is assembled on Dir/rootfs, its
+	// mount-point layer on Dir/rootfs-init. See docs/images.md.
+	Root *Root `json:"root,omitempty"`
+
+	// rootMaps are the user namespace maps of an image root started from
+	// a subordinate-id namespace (checkRoot).
+	rootMaps *IDMaps
+}
+
+// Root is an image root: a container image's layer stack with an upper
+// and work directory of its own, mounted as a command's /, with a fresh
+// /proc of the workspace's PID namespace, a minimal /dev, private /tmp,
+// /var/tmp and /dev/shm, /sys read-only, and what HostNet and Binds add.
+// Nothing of the host but those is visible.
+//
+// Mount points the image lacks (/proc, /etc/resolv.conf, a bind's
+// target, Target) come from a layer of empty directories and files that
+// the child makes on a tmpfs for each start and places beneath the
+// image's layers: the image's own entries win where they exist, and
+// nothing lands in the upper (so nothing is committed). Only where the
+// image hides such a path (a whiteout, a dangling symlink) is the mount
+// point made in the root itself, with a warning in keeper.log.
+//
+// Commands run as User, uid 0 inside being the caller rootless (only
+// the caller is mapped; with Spec.SubIDs the image's other ids map to
+// the caller's subordinate ranges, as rootless podman does), and keep
+// ContainerCaps, as root or rootless. Sandboxed or not, they see the
+// root: the host view is not reachable from an image root.
+type Root struct {
+	// Lowers are the image's layer directories, topmost first.
+	Lowers []string `json:"lowers"`
+	// Upper and Work are the root's own overlay upper and work
+	// directories: what commands write outside Target (a project
+	// overlay) lands there.
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
+	// HostNet binds the host's /etc/resolv.conf and /etc/hosts (the
+	// files they resolve to) read-only over the image's, for commands
+	// that use the host's network (--net host).
+	HostNet bool `json:"host_net,omitempty"`
+	// Binds are host paths shown inside the root at their Target
+	// (--ro/--rw). The sources must exist.
+	Binds []Bind `json:"binds,omitempty"`
+	// User is who commands run as: "" or "root" (uid 0), "UID[:GID]",
+	// or "NAME[:GROUP]" looked up in the root's /etc/passwd and
+	// /etc/group, as the image config's User field is read.
+	User string `json:"user,omitempty"`
 }
 
 // Bind is a bind mount: the host path Source (a directory with what is
@@ -73,9 +128,9 @@ type Bind struct {
 // namespace: always unless real root, and as real root when asked.
 func (s *Spec) userNS() bool { return s.UserNS || !RealRoot() }
 
-// Command is a command to run in a workspace, with its sandbox. Landlock
-// and Seccomp are planned and compiled by the parent; the child only makes
-// the syscalls, right before exec.
+// Command is a command to run in a workspace, with its sandbox: a Policy
+// the keeper plans (once per policy), or Landlock and Seccomp planned by
+// the caller; the child only makes the syscalls, right before exec.
 type Command struct {
 	// Argv is the command and its arguments. Argv[0] without a slash is
 	// looked up in the PATH of Env.
@@ -93,8 +148,18 @@ type Command struct {
 	// Landlock, when not nil, is applied to the command (landlock.Plan).
 	Landlock *landlock.Ruleset
 	// Seccomp, when not nil, are classic BPF programs loaded in order
-	// (seccomp.Compile), after no_new_privs.
+	// (seccomp.Program), after no_new_privs.
 	Seccomp [][]unix.SockFilter
+	// Policy, when not nil, names the sandbox instead of Landlock and
+	// Seccomp: the keeper plans it (sandbox.Build) the first time it is
+	// sent and keeps the plan, so that a repeated exec sends this small
+	// request and the keeper applies a ready ruleset and program; Run
+	// plans it in the caller. A Command carries a Policy or a plan, not
+	// both.
+	Policy *sandbox.Request
+	// Warn, when not nil, is told what the kernel cannot enforce of
+	// Policy (sandbox.Plan.Warnings), before the command starts.
+	Warn func(string)
 	// NetNone runs the command in a private network namespace with only
 	// the loopback interface, up.
 	NetNone bool

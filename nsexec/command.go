@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 )
 
@@ -86,6 +87,49 @@ type started struct {
 	// (not found) or 126 (not executable), as a shell reports them; the
 	// message is on the command's stderr.
 	notRun *ExitStatus
+	// warnings say what the kernel cannot enforce of the command's
+	// Policy.
+	warnings []string
+}
+
+// policies are the sandbox plans of the policies this process was sent
+// (Command.Policy): a keeper plans each once for its life.
+var policies sandbox.Cache
+
+// errPolicy marks a sandbox policy the keeper could not plan (a Landlock
+// ABI requirement the kernel does not meet): Exec returns it as the
+// caller's own planning error would read, without naming the keeper.
+var errPolicy = errors.New("sandbox policy")
+
+type policyError struct{ err error }
+
+func (e policyError) Error() string        { return e.err.Error() }
+func (e policyError) Unwrap() error        { return e.err }
+func (e policyError) Is(target error) bool { return target == errPolicy }
+
+// planPolicy replaces c's Policy by its plan (from policies), and
+// returns a copy of c and what the kernel cannot enforce.
+func planPolicy(c *wireCommand) (*wireCommand, []string, error) {
+	if c.Policy == nil {
+		return c, nil, nil
+	}
+	if c.Landlock != nil || len(c.Seccomp) > 0 {
+		return nil, nil, errors.New("a command carries a sandbox policy or a planned sandbox, not both")
+	}
+	plan, hit, err := policies.Get(*c.Policy)
+	if err != nil {
+		return nil, nil, policyError{err}
+	}
+	if !hit {
+		logf("sandbox: planned a policy (%d kept)", policies.Len())
+	}
+	cc := *c
+	cc.Policy, cc.Landlock = nil, plan.Landlock
+	cc.Seccomp = make([]bpfProgram, len(plan.Seccomp))
+	for i, p := range plan.Seccomp {
+		cc.Seccomp[i] = p
+	}
+	return &cc, plan.Warnings, nil
 }
 
 // startCommand starts c with files as its stdin, stdout and stderr,
@@ -109,6 +153,19 @@ type started struct {
 // about 0.15 ms) when nothing has to be dropped: as real root, or once
 // clearAmbientCaps has made every execve drop the capabilities.
 func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
+	c, warnings, err := planPolicy(c)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startPlanned(r, c, files, dir, caps, v)
+	if s != nil {
+		s.warnings = warnings
+	}
+	return s, err
+}
+
+// startPlanned is startCommand once c's sandbox is planned.
+func startPlanned(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
 	if c.View && v == nil {
 		return nil, errors.New("the command asks for a view and there is none")
 	}
@@ -128,7 +185,8 @@ func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsP
 	res := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: see above
-		s, err := startOnThisThread(r, c, files, dir, capsPolicy{drop: dropCaps, keep: caps.keep}, v)
+		caps.drop = dropCaps
+		s, err := startOnThisThread(r, c, files, dir, caps, v)
 		res <- result{s, err}
 	}()
 	out := <-res
@@ -141,6 +199,10 @@ func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsP
 type capsPolicy struct {
 	drop bool
 	keep uint64 // a mask of capability numbers
+	// image: an image root's command, started as user (Root.User,
+	// looked up in the root).
+	image bool
+	user  string
 }
 
 // idCaps (a mask) are what commands keep in a workspace that maps
@@ -167,6 +229,11 @@ const ContainerCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP
 // (clearAmbientCaps); with them, each command keeps idCaps
 // (dropCapabilities on its thread).
 func settleCaps(cfg *childConfig) capsPolicy {
+	if cfg.Root != nil {
+		// Root inside an image, rootless or not, holds a container's
+		// capabilities (its own user namespace's, rootless).
+		return capsPolicy{drop: true, keep: ContainerCaps, image: true, user: cfg.Root.User}
+	}
 	if !cfg.UserNS {
 		return capsPolicy{}
 	}
@@ -237,6 +304,19 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps 
 		return notRun(code, msg)
 	}
 
+	var cred *syscall.Credential
+	if caps.image {
+		// Looked up per command (a command may have added the user),
+		// before Landlock narrows what the thread may read.
+		id, err := lookupUser(caps.user)
+		if err != nil {
+			return nil, fmt.Errorf("image root: %w", err)
+		}
+		if cred, err = id.credential(); err != nil {
+			return nil, fmt.Errorf("image root: %w", err)
+		}
+	}
+
 	if c.NetNone {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return nil, fmt.Errorf("private network namespace: unshare(CLONE_NEWNET): %w", err)
@@ -267,7 +347,7 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps 
 		}
 	}
 
-	sys := &syscall.SysProcAttr{}
+	sys := &syscall.SysProcAttr{Credential: cred}
 	if c.TTY {
 		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
 	} else {
@@ -450,7 +530,7 @@ func dropCapabilities(keep uint64) error {
 	return nil
 }
 
-// loadSeccomp loads classic BPF programs (seccomp.Compile's) on the
+// loadSeccomp loads classic BPF programs (seccomp.Program's) on the
 // calling thread, after no_new_privs, which the kernel requires of a
 // caller without CAP_SYS_ADMIN and which keeps setuid programs from
 // gaining privileges inside the sandbox. Without TSYNC: only this

@@ -49,9 +49,9 @@ func TestCosts(t *testing.T) {
 		ctx := context.Background()
 		spec := newSpec(t, "")
 		startKeeper(t, spec)
-		rs, progs := sandbox(t, spec.Target)
+		rs, progs := agentSandbox(t, spec.Target)
 		f, _ := seccomp.Plan(seccomp.Agent(), runtime.GOARCH)
-		measure("seccomp.Compile (parent side)", 20, func(int) { seccomp.Compile(f) })
+		measure("seccomp.Program (parent side)", 20, func(int) { seccomp.Program(f) })
 		measure("FindKeeper", 1000, func(int) {
 			if _, err := FindKeeper(spec.Dir); err != nil {
 				t.Fatal(err)

@@ -23,9 +23,14 @@
 //   - state directory: Spec.Dir, where keeper.lock, keeper.sock,
 //     keeper.json and keeper.log live.
 //   - sandbox: what a Command carries besides argv: a private network
-//     namespace (NetNone), a Landlock ruleset and seccomp BPF programs,
-//     planned and compiled by the parent (landlock.Plan, seccomp.Compile)
-//     and applied by the child on the thread that forks the command.
+//     namespace (NetNone), and a sandbox policy (Policy: the keeper plans
+//     it once and keeps the plan) or a Landlock ruleset and seccomp BPF
+//     programs planned by the caller (landlock.Plan, seccomp.Program),
+//     applied by the child on the thread that forks the command.
+//   - root: what a command sees as /: the host view (the host's mounts,
+//     with the workspace at its path; a sandboxed command's view is
+//     assembled from the host's system directories, view.go), or an image
+//     root (Spec.Root: a container image's layers as /, root.go).
 //   - real root: euid 0 in the initial user namespace. Then no user
 //     namespace is needed (unless Spec.UserNS) and overlay may use
 //     redirect_dir and trusted.* xattrs; everywhere else strata is
@@ -33,7 +38,9 @@
 //     which the commands it starts never do.
 //
 // The child never opens the store: everything it needs is computed by the
-// parent and passed to it. Package nsexec links neither cgo nor SQLite
-// (it does not import package seccomp), so that strata-init stays small;
-// see docs/nsexec.md for the design and its measured costs.
+// parent and passed to it, but for sandbox policies, which it plans
+// itself (internal/sandbox: Landlock plans and embedded seccomp
+// programs). Package nsexec links neither cgo nor SQLite, so that
+// strata-init stays small; see docs/nsexec.md for the design and its
+// measured costs.
 package nsexec

@@ -123,6 +123,11 @@ func Exec(ctx context.Context, dir string, cmd Command, stdin, stdout, stderr *o
 			// Hanging up makes the keeper kill the process group.
 			return ExitStatus{Code: 128 + int(unix.SIGKILL), Signal: unix.SIGKILL}, ctx.Err()
 		case r := <-replies:
+			if r.err == nil && cmd.Warn != nil {
+				for _, w := range r.m.Warnings {
+					cmd.Warn(w)
+				}
+			}
 			switch {
 			case r.err != nil:
 				if errors.Is(r.err, io.EOF) || errors.Is(r.err, io.ErrUnexpectedEOF) {
@@ -133,6 +138,9 @@ func Exec(ctx context.Context, dir string, cmd Command, stdin, stdout, stderr *o
 				}
 				return ExitStatus{}, fmt.Errorf("nsexec: exec in %s: %w", dir, r.err)
 			case r.m.Error != nil:
+				if err := r.m.Error.err(); errors.Is(err, errPolicy) {
+					return ExitStatus{}, err // as if planned here: nothing ran
+				}
 				return ExitStatus{}, fmt.Errorf("nsexec: exec in %s: %w", dir, r.m.Error.err())
 			case r.m.Started > 0:
 				started = true

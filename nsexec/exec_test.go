@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/seccomp"
@@ -260,8 +262,8 @@ c.sendall(b"ping"); print(a.recv(4).decode())`
 	})
 }
 
-// sandbox plans the agent sandbox for a workspace, as the CLI does.
-func sandbox(t *testing.T, target string) (*landlock.Ruleset, [][]unix.SockFilter) {
+// agentSandbox plans the agent sandbox for a workspace, as the CLI does.
+func agentSandbox(t *testing.T, target string) (*landlock.Ruleset, [][]unix.SockFilter) {
 	t.Helper()
 	abi, err := landlock.ABI()
 	if abi < 2 {
@@ -278,7 +280,7 @@ func sandbox(t *testing.T, target string) (*landlock.Ruleset, [][]unix.SockFilte
 	if err != nil {
 		t.Fatal(err)
 	}
-	progs, err := seccomp.Compile(f)
+	progs, err := seccomp.Program(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +295,7 @@ func TestSandbox(t *testing.T) {
 	both(t, func(t *testing.T) {
 		spec := newSpec(t, "")
 		k := startKeeper(t, spec)
-		rs, progs := sandbox(t, spec.Target)
+		rs, progs := agentSandbox(t, spec.Target)
 		outside, err := os.MkdirTemp("/var/tmp", "strata-nsexec-outside-")
 		if err != nil {
 			t.Fatal(err)
@@ -347,6 +349,81 @@ func TestSandbox(t *testing.T) {
 		}
 		if r := execIn(t, spec, Command{Argv: []string{"unshare", "-U", "true"}}); r.Code != 0 {
 			t.Errorf("unsandboxed unshare -U after a sandboxed command: %v %q", r.ExitStatus, r.stderr)
+		}
+	})
+}
+
+// TestSandboxPolicy: a command that names its sandbox policy
+// (Command.Policy) instead of carrying a plan is sandboxed exactly as
+// TestSandbox's planned one, the first time and from the keeper's cache
+// after it; the keeper plans each distinct policy once (its log says when
+// it plans); a policy the kernel cannot meet is an error that reaches the
+// client; and Run plans a policy in the caller.
+func TestSandboxPolicy(t *testing.T) {
+	both(t, func(t *testing.T) {
+		spec := newSpec(t, "")
+		startKeeper(t, spec)
+		agentSandbox(t, spec.Target) // the capability gates
+		outside, err := os.MkdirTemp("/var/tmp", "strata-nsexec-outside-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(outside)
+		os.Chmod(outside, 0o755)
+		secret := outside + "/secret"
+		if err := os.WriteFile(secret, []byte("secret\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		planned := func() int {
+			b, _ := os.ReadFile(filepath.Join(spec.Dir, "keeper.log"))
+			return strings.Count(string(b), "sandbox: planned a policy")
+		}
+		policy := func(strict bool) *sandbox.Request {
+			return &sandbox.Request{Strict: strict, Target: spec.Target, Tmp: "/tmp"}
+		}
+		for i := range 3 {
+			boxed := func(c Command) Command { c.Policy = policy(false); return c }
+			if r := execIn(t, spec, boxed(Command{Argv: []string{"cat", secret}})); r.Code == 0 || !strings.Contains(r.stderr, "Permission denied") {
+				t.Errorf("round %d: Landlock: read outside: %v %q %q", i, r.ExitStatus, r.stdout, r.stderr)
+			}
+			if r := execIn(t, spec, boxed(sh("echo inside > w && cat w"))); r.Code != 0 || r.stdout != "inside\n" {
+				t.Errorf("round %d: Landlock: workspace: %v %q %q", i, r.ExitStatus, r.stdout, r.stderr)
+			}
+			if r := execIn(t, spec, boxed(Command{Argv: []string{"unshare", "-U", "true"}})); r.Code == 0 || !strings.Contains(r.stderr, "Operation not permitted") {
+				t.Errorf("round %d: seccomp: unshare -U: %v %q", i, r.ExitStatus, r.stderr)
+			}
+			if r := execIn(t, spec, boxed(sh("grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status | tr -s '\t' ' '"))); r.stdout != "NoNewPrivs: 1\nSeccomp: 2\nSeccomp_filters: 1\n" {
+				t.Errorf("round %d: sandboxed status: %q %q", i, r.stdout, r.stderr)
+			}
+			if n := planned(); n != 1 {
+				t.Fatalf("round %d: the keeper planned %d times; want once", i, n)
+			}
+		}
+		// Strict is another policy: planned once more, and it has no
+		// network (its seccomp program denies AF_INET sockets).
+		c := sh("python3 -c 'import socket; socket.socket()' 2>&1 | grep -c 'Operation not permitted'")
+		c.Policy = policy(true)
+		if _, err := os.Stat("/usr/bin/python3"); err == nil {
+			if r := execIn(t, spec, c); r.stdout != "1\n" {
+				t.Errorf("strict: socket(AF_INET): %v %q %q", r.ExitStatus, r.stdout, r.stderr)
+			}
+		} else {
+			execIn(t, spec, c)
+		}
+		if n := planned(); n != 2 {
+			t.Errorf("after a strict command the keeper planned %d times; want 2", n)
+		}
+		// A requirement the kernel cannot meet fails before anything runs.
+		bad := policy(false)
+		bad.RequireABI = 99
+		_, err = Exec(context.Background(), spec.Dir, Command{Argv: []string{"true"}, Env: testEnv(), Policy: bad}, nil, nil, nil)
+		if err == nil || !strings.HasPrefix(err.Error(), "landlock: ") || !strings.Contains(err.Error(), "RequireABI 99") {
+			t.Errorf("RequireABI 99: %v; want landlock's own error, as the caller planning it would get", err)
+		}
+		// Run: the caller plans.
+		r, err := runIn(t, context.Background(), spec, Command{Argv: []string{"unshare", "-U", "true"}, Policy: policy(false)})
+		if err != nil || r.Code == 0 || !strings.Contains(r.stderr, "Operation not permitted") {
+			t.Errorf("Run with a policy: unshare -U: %v %v %q", r.ExitStatus, err, r.stderr)
 		}
 	})
 }

@@ -240,10 +240,10 @@ func (k *keeper) handle(c *conn) {
 		return
 	}
 	if st.notRun != nil {
-		reply(&message{Exited: st.notRun})
+		reply(&message{Exited: st.notRun, Warnings: st.warnings})
 		return
 	}
-	reply(&message{Started: st.pid})
+	reply(&message{Started: st.pid, Warnings: st.warnings})
 
 	// Signals from the client go to the command's process group; the
 	// client hanging up kills it.

@@ -76,6 +76,10 @@ func newChild(entry string, spec *Spec, setsid bool) *exec.Cmd {
 		},
 	}
 	switch {
+	case spec.Root != nil && spec.userNS():
+		// The image's root is the caller (checkRoot computed the maps
+		// from a subordinate-id namespace).
+		setRootUserNS(cmd.SysProcAttr, spec.rootMaps)
 	case spec.userNS() && spec.SubIDs && inSubIDNS:
 		// The caller's namespace is the workspace's (EnterSubIDs): the
 		// child keeps its capabilities through execve as ambient ones.
@@ -106,12 +110,16 @@ func checkSpec(spec *Spec, needDir bool) error {
 		return fmt.Errorf("nsexec: state directory %q is not absolute", spec.Dir)
 	case spec.Target == "" || !filepath.IsAbs(spec.Target):
 		return fmt.Errorf("nsexec: target %q is not absolute", spec.Target)
-	case len(spec.Lowers) == 0:
+	case len(spec.Lowers) == 0 && spec.Root == nil:
 		return fmt.Errorf("nsexec: no lower layer")
 	case spec.SubIDs && NeedSubIDNS():
 		return fmt.Errorf("nsexec: workspace %s maps subordinate ids: start it from their user namespace (EnterSubIDs): %w", spec.Name, ErrNeedSubIDNS)
 	}
 	spec.Target = filepath.Clean(spec.Target)
+	if spec.Root != nil {
+		// Target is a path inside the image root.
+		return checkRoot(spec)
+	}
 	if spec.Dir != "" {
 		spec.Dir = filepath.Clean(spec.Dir)
 		if within(spec.Target, spec.Dir) && spec.Target != spec.Dir {

@@ -1,6 +1,7 @@
 package nsexec
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,14 +14,40 @@ import (
 // fast to start, and pure Go for syscall.AllThreadsSyscall.
 func TestInitDeps(t *testing.T) {
 	goCmd := testutil.LookPath(t, "go")
-	out, err := exec.Command(goCmd, "list", "-deps", "github.com/stratafs/strata/cmd/strata-init").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
+	deps := func(pkg string, env ...string) []string {
+		cmd := exec.Command(goCmd, "list", "-deps", pkg)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
 	}
-	for _, dep := range strings.Fields(string(out)) {
+	// strata-init plans sandbox policies (internal/sandbox, package
+	// seccomp's embedded programs), all pure Go.
+	for _, dep := range deps("github.com/stratafs/strata/cmd/strata-init") {
 		switch {
-		case dep == "runtime/cgo", strings.Contains(dep, "sqlite"), dep == "github.com/stratafs/strata/seccomp", strings.Contains(dep, "libseccomp"):
+		case dep == "runtime/cgo", strings.Contains(dep, "sqlite"), strings.Contains(dep, "libseccomp"), strings.Contains(dep, "seccomp/internal/compiler"):
 			t.Errorf("strata-init depends on %s", dep)
+		}
+	}
+	// strata (the front) and strata-core: no libseccomp whatever
+	// CGO_ENABLED says, and no cgo at all without it (make build).
+	for _, cmd := range []string{"strata", "strata-core"} {
+		for _, env := range [][]string{nil, {"CGO_ENABLED=0"}} {
+			for _, dep := range deps("github.com/stratafs/strata/cmd/"+cmd, env...) {
+				if strings.Contains(dep, "libseccomp") || strings.Contains(dep, "seccomp/internal/compiler") || len(env) > 0 && dep == "runtime/cgo" {
+					t.Errorf("%s (%v) depends on %s", cmd, env, dep)
+				}
+			}
+		}
+	}
+	// The front links none of the core's weight (docs/hotpath.md).
+	for _, dep := range deps("github.com/stratafs/strata/cmd/strata", "CGO_ENABLED=0") {
+		for _, heavy := range []string{"sqlite", "go-git", "go-containerregistry", "urfave/cli", "net/http"} {
+			if strings.Contains(dep, heavy) {
+				t.Errorf("the strata front depends on %s", dep)
+			}
 		}
 	}
 }

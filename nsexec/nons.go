@@ -47,7 +47,8 @@ type NoNSSpec struct {
 	// AllowHostSockets lets a sandboxed command create unix sockets,
 	// and so connect to the host's (the session bus, ssh-agent,
 	// docker.sock). By default its seccomp programs must deny them
-	// (seccomp.PlanNoNamespaces), which the child checks.
+	// (seccomp.UnixSocketDeny, loaded after the preset's program),
+	// which the child checks.
 	AllowHostSockets bool
 }
 
@@ -399,7 +400,7 @@ func startNoNSOnThisThread(r *reaper, c *wireCommand, files []int, dir string, c
 	if noUnix {
 		if fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
 			unix.Close(fd)
-			return nil, fmt.Errorf("a unix socket can be created under the seccomp programs, so the host's (session bus, ssh-agent, docker.sock) are reachable without a mount namespace; deny them (seccomp.PlanNoNamespaces) or allow them explicitly: %w", ErrNoSandbox)
+			return nil, fmt.Errorf("a unix socket can be created under the seccomp programs, so the host's (session bus, ssh-agent, docker.sock) are reachable without a mount namespace; deny them (seccomp.UnixSocketDeny) or allow them explicitly: %w", ErrNoSandbox)
 		}
 	}
 	sys := &syscall.SysProcAttr{}

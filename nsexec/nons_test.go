@@ -21,8 +21,8 @@ import (
 )
 
 // noNSBox plans the namespace-free sandbox of a workspace: Landlock
-// (NoNSPolicy) and seccomp (PlanNoNamespaces of agent, or of strict for
-// netNone).
+// (NoNSPolicy) and seccomp (the agent preset's program, or strict's for
+// netNone, then seccomp.UnixSocketDeny).
 func noNSBox(t *testing.T, ws, tmp string, netNone bool) (*landlock.Ruleset, [][]unix.SockFilter) {
 	t.Helper()
 	abi, err := landlock.ABI()
@@ -40,15 +40,29 @@ func noNSBox(t *testing.T, ws, tmp string, netNone bool) (*landlock.Ruleset, [][
 	if netNone {
 		p = seccomp.Strict()
 	}
-	f, err := seccomp.PlanNoNamespaces(p, runtime.GOARCH)
+	return rs, append(presetProgram(t, p), unixDeny(t))
+}
+
+func presetProgram(t *testing.T, p seccomp.Policy) [][]unix.SockFilter {
+	t.Helper()
+	f, err := seccomp.Plan(p, runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
 	}
-	progs, err := seccomp.Compile(f)
+	progs, err := seccomp.Program(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rs, progs
+	return progs
+}
+
+func unixDeny(t *testing.T) []unix.SockFilter {
+	t.Helper()
+	prog, err := seccomp.UnixSocketDeny(runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
 }
 
 type noNSResult struct {
@@ -189,15 +203,8 @@ func TestRunNoNSRefuses(t *testing.T) {
 		refused("no Landlock", spec, Command{Argv: touch.Argv, Seccomp: progs}, "Landlock is not available")
 		refused("no seccomp", spec, Command{Argv: touch.Argv, Landlock: rs}, "no seccomp programs")
 		refused("a view", spec, Command{Argv: touch.Argv, Landlock: rs, Seccomp: progs, View: true}, "mount namespace")
-		// The agent plan (not PlanNoNamespaces) lets unix sockets through.
-		f, err := seccomp.Plan(seccomp.Agent(), runtime.GOARCH)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agent, err := seccomp.Compile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The agent preset alone lets unix sockets through.
+		agent := presetProgram(t, seccomp.Agent())
 		refused("unix sockets allowed", spec, Command{Argv: touch.Argv, Landlock: rs, Seccomp: agent}, "a unix socket can be created")
 		refused("--net none with IP sockets allowed", spec, Command{Argv: touch.Argv, Landlock: rs, Seccomp: progs, NetNone: true}, "an IP socket")
 

@@ -8,6 +8,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stratafs/strata/internal/sandbox"
 )
 
 // Descriptors of a one-shot init, in Run's ExtraFiles order. Its stdin,
@@ -35,6 +37,20 @@ const (
 func Run(ctx context.Context, spec Spec, cmd Command, stdin, stdout, stderr *os.File) (ExitStatus, error) {
 	if err := checkSpec(&spec, false); err != nil {
 		return ExitStatus{}, err
+	}
+	if cmd.Policy != nil && cmd.Landlock == nil && len(cmd.Seccomp) == 0 {
+		// A one-shot init serves one command: nothing to keep, so the
+		// caller plans, and says what the kernel cannot enforce.
+		plan, err := sandbox.Build(*cmd.Policy)
+		if err != nil {
+			return ExitStatus{}, err
+		}
+		if cmd.Warn != nil {
+			for _, w := range plan.Warnings {
+				cmd.Warn(w)
+			}
+		}
+		cmd.Policy, cmd.Landlock, cmd.Seccomp = nil, plan.Landlock, plan.Seccomp
 	}
 	wc, err := toWireCommand(cmd, commandEnv(cmd))
 	if err != nil {

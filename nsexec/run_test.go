@@ -93,7 +93,7 @@ func TestRunSignal(t *testing.T) {
 func TestRunSandbox(t *testing.T) {
 	both(t, func(t *testing.T) {
 		spec := newSpec(t, "")
-		rs, progs := sandbox(t, spec.Target)
+		rs, progs := agentSandbox(t, spec.Target)
 		r, err := runIn(t, context.Background(), spec, Command{Argv: []string{"sh", "-c", "unshare -U true || echo denied; cat /proc/self/status | grep -c '^Seccomp:.*2'; ip -o link | wc -l"},
 			Landlock: rs, Seccomp: progs, NetNone: true})
 		if err != nil || r.Code != 0 || r.stdout != "denied\n1\n1\n" {

@@ -27,6 +27,9 @@ type hostSetup struct {
 	// pristine is a keeper's copy of the host's mounts from before
 	// anything was mounted, for binds its commands ask for later; -1.
 	pristine int
+	// root is an image root's view (root.go): the child's namespace is
+	// the root already.
+	root *view
 }
 
 // wantsView reports whether a child with cfg builds a view: a keeper
@@ -42,6 +45,9 @@ func (c *childConfig) wantsView() bool { return c.Command == nil || c.Command.Vi
 // mounts hide it. A mount failure is returned as the
 // *overlayfs.MountError itself.
 func setupNamespace(c *childConfig) (_ *hostSetup, err error) {
+	if c.Root != nil {
+		return setupImageRoot(c)
+	}
 	hs := &hostSetup{pristine: -1}
 	defer func() {
 		if err != nil {
@@ -146,6 +152,11 @@ func setupNamespace(c *childConfig) (_ *hostSetup, err error) {
 // buildView builds the view of a child whose host view is set up
 // (view.go), handing it hs's captured binds.
 func (hs *hostSetup) buildView(c *childConfig) (*view, error) {
+	if hs.root != nil {
+		v := hs.root
+		v.pristine, hs.pristine = hs.pristine, -1
+		return v, nil
+	}
 	extra := hs.extra
 	hs.extra = nil
 	v, err := buildView(viewSpec{target: filepath.Clean(c.Target), binds: c.Binds, extra: extra}, hs.binds)

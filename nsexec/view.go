@@ -592,6 +592,9 @@ type view struct {
 	pristine int
 	// err, when set, is why the workspace has no view: enter fails with it.
 	err error
+	// root marks an image root's view (root.go): the process's own
+	// namespace, binds placed on the image.
+	root bool
 }
 
 // buildView builds a view on a fresh thread that ends with it: a copy of
@@ -664,6 +667,9 @@ func (v *view) missing(want []Bind) []Bind {
 func (v *view) enter(binds []Bind) error {
 	if v.err != nil {
 		return fmt.Errorf("the workspace has no view for sandboxed commands: %w", v.err)
+	}
+	if v.root {
+		return v.enterRoot(binds)
 	}
 	// setns into a mount namespace needs an fs_struct of the thread's own
 	// (Linux: fs/namespace.c mntns_install); Go's threads share one.

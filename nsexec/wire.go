@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/overlayfs"
 )
@@ -24,7 +25,11 @@ import (
 // protoVersion numbers these formats. strata and strata-init from
 // different builds may disagree; a mismatch is refused with a message
 // instead of misread.
-const protoVersion = 5
+//
+// 6: a command may carry a sandbox policy (sandbox.Request) instead of a
+// Landlock ruleset and BPF programs, and a keeper's Started reply carries
+// the policy's warnings; a config may carry Root (an image root, root.go).
+const protoVersion = 6
 
 // ProtocolVersion is the keeper protocol's version (protoVersion): a
 // strata and a keeper or strata-init of another version refuse each other.
@@ -54,6 +59,8 @@ type childConfig struct {
 	View []Bind
 	// Command is the one-shot init's command (Run).
 	Command *wireCommand
+	// Root is the image root (Spec.Root), nil for the host view.
+	Root *wireRoot
 }
 
 func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
@@ -71,6 +78,7 @@ func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
 		Binds:   spec.Binds,
 		View:    spec.View,
 		Command: cmd,
+		Root:    newWireRoot(spec),
 	}
 }
 
@@ -91,13 +99,18 @@ type wireCommand struct {
 	NetNone  bool
 	View     bool
 	Binds    []Bind
+	// Policy is planned by whoever starts the command (Command.Policy).
+	Policy *sandbox.Request
 }
 
 func toWireCommand(c Command, env []string) (*wireCommand, error) {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return nil, errors.New("nsexec: empty command")
 	}
-	w := &wireCommand{Argv: c.Argv, Env: env, Dir: c.Dir, TTY: c.TTY, Landlock: c.Landlock, NetNone: c.NetNone, View: c.View, Binds: c.Binds}
+	if c.Policy != nil && (c.Landlock != nil || len(c.Seccomp) > 0) {
+		return nil, errors.New("nsexec: a command carries a sandbox policy or a planned sandbox (Landlock, Seccomp), not both")
+	}
+	w := &wireCommand{Argv: c.Argv, Env: env, Dir: c.Dir, TTY: c.TTY, Landlock: c.Landlock, NetNone: c.NetNone, View: c.View, Binds: c.Binds, Policy: c.Policy}
 	for i, p := range c.Seccomp {
 		if len(p) == 0 || len(p) > bpfMaxInsns {
 			return nil, fmt.Errorf("nsexec: seccomp program %d has %d instructions (1 to %d)", i, len(p), bpfMaxInsns)
@@ -133,6 +146,9 @@ type message struct {
 	PTY    bool
 	Exited *ExitStatus
 	Error  *wireError
+	// Warnings ride on a keeper's Started reply: what the kernel cannot
+	// enforce of the command's Policy.
+	Warnings []string
 }
 
 // wireError carries an error from a child to its parent, keeping what
@@ -275,6 +291,7 @@ func (e *encoder) config(c *childConfig) {
 	e.binds(c.Binds)
 	e.binds(c.View)
 	e.command(c.Command)
+	e.root(c.Root)
 }
 
 func (e *encoder) binds(bs []Bind) {
@@ -324,6 +341,7 @@ func (d *decoder) config() (*childConfig, error) {
 	c.Binds = d.binds()
 	c.View = d.binds()
 	c.Command = d.command()
+	c.Root = d.root()
 	return c, d.err
 }
 
@@ -344,6 +362,7 @@ func (e *encoder) command(c *wireCommand) {
 	e.bool(c.View)
 	e.binds(c.Binds)
 	e.ruleset(c.Landlock)
+	e.policy(c.Policy)
 	e.uint(uint64(len(c.Seccomp)))
 	for _, p := range c.Seccomp {
 		e.uint(uint64(len(p)))
@@ -361,6 +380,7 @@ func (d *decoder) command() *wireCommand {
 	}
 	c := &wireCommand{Argv: d.strs(), Env: d.strs(), Dir: d.str(), TTY: d.bool(), NetNone: d.bool(), View: d.bool(), Binds: d.binds()}
 	c.Landlock = d.ruleset()
+	c.Policy = d.policy()
 	if n := d.count(1); n > 0 {
 		c.Seccomp = make([]bpfProgram, n)
 		for i := range c.Seccomp {
@@ -382,6 +402,57 @@ func (d *decoder) command() *wireCommand {
 		}
 	}
 	return c
+}
+
+// policy encodes a sandbox request. TestPolicyFields fails when
+// sandbox.Request gains a field, so that none is silently dropped here.
+func (e *encoder) policy(r *sandbox.Request) {
+	e.bool(r != nil)
+	if r == nil {
+		return
+	}
+	e.bool(r.Strict)
+	e.str(r.Target)
+	e.str(r.Tmp)
+	e.strs(r.RO)
+	e.strs(r.RW)
+	e.ports(r.ConnectTCP)
+	e.ports(r.BindTCP)
+	e.int(int64(r.RequireABI))
+}
+
+func (e *encoder) ports(ps []uint16) {
+	e.uint(uint64(len(ps)))
+	for _, p := range ps {
+		e.uint(uint64(p))
+	}
+}
+
+func (d *decoder) policy() *sandbox.Request {
+	if !d.bool() {
+		return nil
+	}
+	r := &sandbox.Request{Strict: d.bool(), Target: d.str(), Tmp: d.str(), RO: d.strs(), RW: d.strs()}
+	r.ConnectTCP = d.ports()
+	r.BindTCP = d.ports()
+	r.RequireABI = int(d.int())
+	return r
+}
+
+func (d *decoder) ports() []uint16 {
+	n := d.count(1)
+	if n == 0 {
+		return nil
+	}
+	ps := make([]uint16, n)
+	for i := range ps {
+		v := d.uint()
+		if v > 0xffff && d.err == nil {
+			d.err = fmt.Errorf("nsexec: port %d: malformed message", v)
+		}
+		ps[i] = uint16(v)
+	}
+	return ps
 }
 
 // ruleset encodes what landlock.Apply uses of a Ruleset. Skipped and
@@ -449,6 +520,7 @@ func (e *encoder) message(m *message) {
 		e.int(int64(m.Exited.Code))
 		e.int(int64(m.Exited.Signal))
 	}
+	e.strs(m.Warnings)
 	e.bool(m.Error != nil)
 	if w := m.Error; w != nil {
 		e.str(w.Msg)
@@ -476,6 +548,7 @@ func (d *decoder) message() (*message, error) {
 	if d.bool() {
 		m.Exited = &ExitStatus{Code: int(d.int()), Signal: syscall.Signal(d.int())}
 	}
+	m.Warnings = d.strs()
 	if d.bool() {
 		w := &wireError{Msg: d.str(), Errno: int(d.int()), Sentinel: d.str(), PathOp: d.str(), Path: d.str()}
 		if d.bool() {
@@ -603,6 +676,7 @@ var sentinels = map[string]error{
 	"landlock_unsupport": landlock.ErrUnsupported,
 	"no_userns":          ErrNoUserNS,
 	"no_sandbox":         ErrNoSandbox,
+	"sandbox_policy":     errPolicy,
 }
 
 func toWireError(err error) *wireError {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 	"github.com/stratafs/strata/overlayfs"
 )
@@ -33,6 +34,9 @@ func TestCodec(t *testing.T) {
 		Seccomp: []bpfProgram{prog, prog[:1]},
 		View:    true, Binds: []Bind{{Source: "/h/.pyenv", Target: "/h/.pyenv"}, {Source: "/c", Target: "/c", RW: true}},
 	}
+	policyCmd := &wireCommand{Argv: []string{"true"}, View: true,
+		Policy: &sandbox.Request{Strict: true, Target: "/w", Tmp: "/tmp", RO: []string{"/a", ""}, RW: []string{"/var/tmp"},
+			ConnectTCP: []uint16{443, 65535}, BindTCP: []uint16{8080}, RequireABI: 4}}
 	cfg := &childConfig{Version: protoVersion, Name: "ws", Dir: "/s", Target: "/t",
 		Mount:  overlayfs.Config{Lowers: []string{"/l1", "/l2"}, Upper: "/u", Work: "/w", UserXattr: true, Volatile: true},
 		Method: overlayfs.FsconfigFD, UserNS: true, SubIDs: true, Command: cmd,
@@ -59,8 +63,10 @@ func TestCodec(t *testing.T) {
 
 	for _, m := range []*message{
 		{Version: protoVersion, Command: cmd},
+		{Version: protoVersion, Command: policyCmd},
 		{Signal: 2},
 		{Started: 12345},
+		{Started: 12345, Warnings: []string{"Landlock ABI 3: no network rules", "w2"}},
 		{Version: protoVersion, PTY: true},
 		{Exited: &ExitStatus{Code: 130, Signal: unix.SIGINT}},
 		{Error: &wireError{Msg: "m", Errno: 2, Sentinel: "x", PathOp: "open", Path: "/p", Mount: &wireMount{Target: "/t", Op: "fsmount", Options: "o", Log: []string{"e a", "e b"}}}},
@@ -80,6 +86,17 @@ func TestCodec(t *testing.T) {
 	if _, err := toWireCommand(Command{}, nil); err == nil {
 		t.Error("an empty command was accepted")
 	}
+	if _, err := toWireCommand(Command{Argv: []string{"x"}, Policy: &sandbox.Request{}, Seccomp: [][]unix.SockFilter{{{Code: 6}}}}, nil); err == nil {
+		t.Error("a command with both a policy and a plan was accepted")
+	}
+	// A port above 65535 is refused, not truncated to another port.
+	e = encoder{}
+	e.uint(1)
+	e.uint(70000)
+	d = decoder{b: e.b}
+	if d.ports(); d.err == nil {
+		t.Error("port 70000 decoded")
+	}
 }
 
 // FuzzDecode: the child's decoders reject garbage without panicking or
@@ -95,7 +112,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(e.b)
 	for _, m := range []*message{
 		{Version: protoVersion, Command: cmd, Freeze: true},
-		{Signal: -2, Started: 7, Exited: &ExitStatus{Code: 130, Signal: unix.SIGINT}},
+		{Version: protoVersion, Command: &wireCommand{Argv: []string{"a"}, Policy: &sandbox.Request{Target: "/w", RO: []string{"/r"}, ConnectTCP: []uint16{1}}}},
+		{Signal: -2, Started: 7, Exited: &ExitStatus{Code: 130, Signal: unix.SIGINT}, Warnings: []string{"w"}},
 		{Error: &wireError{Msg: "m", Errno: 2, Path: "/p", Mount: &wireMount{Target: "/t", Log: []string{"e"}}}},
 	} {
 		e = encoder{}
@@ -151,6 +169,8 @@ func TestWireFields(t *testing.T) {
 		{overlayfs.Config{}, "Lowers Upper Work UserXattr RedirectDir Volatile"},
 		{ExitStatus{}, "Code Signal"},
 		{overlayfs.MountError{}, "Target Op Options Log Err"},
+		// CacheDir is the CLI's and unused.
+		{sandbox.Request{}, "Strict Target Tmp RO RW ConnectTCP BindTCP RequireABI CacheDir"},
 	} {
 		var names []string
 		typ := reflect.TypeOf(tc.v)

@@ -5,8 +5,8 @@
 # /tmp/strata-bench/results.md). Method and latest results: docs/bench.md.
 #
 #   BENCH_QUICK=1        small N: a smoke run of a few minutes
-#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp deltas
-#                        (or issues: workspaces commit sandbox runs view mcp store)
+#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp deltas push floor
+#                        (or issues: workspaces commit sandbox runs view mcp store share hotpath)
 #   BENCH_OUT=FILE       results file
 #   BENCH_DOC=FILE       also replace the results section of FILE (docs/bench.md)
 #   BENCH_USER=NAME      the rootless user (default strata-test, else nobody)
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 missing=()
-for t in git fuse-overlayfs restic zstd; do
+for t in git fuse-overlayfs restic zstd skopeo docker-registry; do
   command -v "$t" >/dev/null || missing+=("$t")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -32,8 +32,8 @@ tmp=$(mktemp -d /tmp/strata-bench-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO build -trimpath -o "$tmp/bench" ./integration/bench
-cp bin/strata bin/strata-init bin/strata-mcp "$tmp/"
-chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-init" "$tmp/strata-mcp"
+cp bin/strata bin/strata-core bin/strata-init bin/strata-mcp "$tmp/"
+chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-core" "$tmp/strata-init" "$tmp/strata-mcp"
 # The baseline for the view scenario: the same build of an earlier
 # revision (git archive: no worktree is registered), beside its strata-init.
 base_rev=${BENCH_BASE_REV:-}
@@ -46,11 +46,13 @@ if [ -n "$base_rev" ] && [ "$base_rev" != none ]; then
   echo "bench: building the baseline $short for the view scenario" >&2
   mkdir -p "$tmp/base-src" "$tmp/base"
   git archive "$base_rev" | tar -x -C "$tmp/base-src"
+  # A revision from before the front (cmd/strata-core) has one CLI binary.
   (cd "$tmp/base-src" && $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata ./cmd/strata &&
-    CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata-init ./cmd/strata-init)
+    CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata-init ./cmd/strata-init &&
+    if [ -d cmd/strata-core ]; then CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_docs -o bin/strata-core ./cmd/strata-core; fi)
   # Copied, as the current binaries are: files written alike start alike.
-  cp "$tmp/base-src/bin/strata" "$tmp/base-src/bin/strata-init" "$tmp/base/"
-  chmod 755 "$tmp/base" "$tmp/base/strata" "$tmp/base/strata-init"
+  cp "$tmp/base-src/bin/"strata* "$tmp/base/"
+  chmod 755 "$tmp/base" "$tmp/base/"strata*
   rm -rf "$tmp/base-src"
   export BENCH_BASE="$tmp/base/strata" BENCH_BASE_REV="$short"
 fi

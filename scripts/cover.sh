@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make cover: coverage of every package, from the unit tests and from the
 # integration passes (root and rootless) that drive coverage-instrumented
-# strata and strata-init binaries (go build -cover), merged. Prints one row
+# strata, strata-core and strata-init binaries (go build -cover), merged. Prints one row
 # per package: unit, integration, merged.
 #
 #   COVER_DIR=DIR   keep the raw data (covdata directories, cover.out) there
@@ -28,6 +28,7 @@ flags=(-trimpath -tags urfave_cli_no_docs -cover -covermode=atomic -coverpkg="$p
 # environment (no GOCOVERDIR), where an instrumented binary would print a
 # warning into the command's stderr; nsexec's unit tests cover it.
 $GO build "${flags[@]}" -o "$dir/bin/strata" ./cmd/strata
+$GO build "${flags[@]}" -o "$dir/bin/strata-core" ./cmd/strata-core
 $GO build "${flags[@]}" -o "$dir/bin/strata-mcp" ./cmd/strata-mcp
 CGO_ENABLED=0 $GO build -trimpath -o "$dir/bin/strata-init" ./cmd/strata-init
 chmod 755 "$dir/bin" "$dir/bin/"*

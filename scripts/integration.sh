@@ -6,7 +6,7 @@
 #   STRATA_CORPUS      the shared corpus (built by make corpus)
 #   STRATA_TEST_NO_SKIP=1  capability-gated skips fail (CI sets it)
 #   IT_ARGS            extra arguments for the test binary (e.g. -test.run X)
-#   STRATA_BIN_DIR     the strata and strata-init to test (default bin/)
+#   STRATA_BIN_DIR     the strata, strata-core and strata-init to test (default bin/)
 #   GOCOVERDIR         where coverage-instrumented binaries write (make cover)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,12 +18,12 @@ tmp=$(mktemp -d /tmp/strata-it.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO test -tags integration -c -o "$tmp/integration.test" ./integration
-# STRATA_BIN_DIR: where strata and strata-init come from (make cover
+# STRATA_BIN_DIR: where strata, strata-core and strata-init come from (make cover
 # passes coverage-instrumented ones).
-cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
+cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-core" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
 # strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
 if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
-chmod 755 "$tmp/integration.test" "$tmp/strata"
+chmod 755 "$tmp/integration.test" "$tmp/strata" "$tmp/strata-core"
 export STRATA_BIN="$tmp/strata"
 export GOTRACEBACK=all
 # The container images of the image tests (make images builds them).

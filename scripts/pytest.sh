@@ -4,7 +4,7 @@
 # yourself. Debian's python3-pytest (make deps) runs them.
 #
 #   STRATA_TEST_USER   the unprivileged user (as root)
-#   STRATA_BIN_DIR     the strata and strata-init to test (default bin/)
+#   STRATA_BIN_DIR     the strata, strata-core and strata-init to test (default bin/)
 #   PYTEST_ARGS        extra pytest arguments (e.g. -k batch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ fi
 # sit under a home directory only its owner can enter.
 tmp=$(mktemp -d /var/tmp/strata-py.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
+cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-core" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
 # strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
 if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
 mkdir "$tmp/python"

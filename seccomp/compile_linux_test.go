@@ -2,9 +2,11 @@ package seccomp
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -13,14 +15,14 @@ import (
 	"github.com/stratafs/strata/internal/testutil"
 )
 
-// TestCompile loads the agent and strict filters the way nsexec's pure-Go
-// child does — Compile in the parent, JSON in between, then
-// seccomp(SECCOMP_SET_MODE_FILTER) per program without libseccomp — and
-// checks that it denies exactly what TestApply checks Apply denies: every
-// Go thread (loaded with TSYNC here), a freshly exec'd static C program,
-// 32-bit x86 calls, and open_tree_attr, which the linked libseccomp 2.5
-// does not know (the hand-assembled program).
-func TestCompile(t *testing.T) {
+// TestProgram loads the agent and strict programs the way nsexec's keeper
+// does — Program (the embedded programs libseccomp compiled at generate
+// time), JSON in between, then seccomp(SECCOMP_SET_MODE_FILTER) per
+// program — and checks that it denies exactly what TestApply checks
+// Apply denies: every Go thread (loaded with TSYNC here), a freshly
+// exec'd static C program, 32-bit x86 calls, and open_tree_attr, which
+// libseccomp 2.5 does not know (the hand-assembled program).
+func TestProgram(t *testing.T) {
 	probe := buildProbe(t)
 	if ok, why := Available(); !ok {
 		testutil.Skip(t, why)
@@ -37,11 +39,12 @@ func TestCompile(t *testing.T) {
 					p = Strict()
 					want = slices.Concat(probeAgent, probeStrictNet)
 				}
+				want = without32(want, caseOp, i386Reachable(t, probe))
 				f, err := Plan(p, runtime.GOARCH)
 				if err != nil {
 					t.Fatal(err)
 				}
-				progs, err := Compile(f)
+				progs, err := Program(f)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -76,13 +79,52 @@ func TestCompile(t *testing.T) {
 	}
 }
 
-// TestCompileEmpty: an empty plan is an error, as for Apply.
-func TestCompileEmpty(t *testing.T) {
-	if _, err := Compile(&Filter{}); err == nil {
-		t.Fatal("Compile of an empty filter succeeded")
+// TestProgramErrors: an empty plan, and a plan of its own (not one of
+// Presets), get no program; the error says what to do.
+func TestProgramErrors(t *testing.T) {
+	if _, err := Program(&Filter{}); !errors.Is(err, ErrInvalidPolicy) {
+		t.Fatalf("Program of an empty filter: %v", err)
 	}
-	if _, err := decodeBPF(make([]byte, 7)); err == nil {
-		t.Fatal("decodeBPF of 7 bytes succeeded")
+	f, err := Plan(Policy{Allow: []string{"ptrace"}}, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Program(f)
+	if !errors.Is(err, ErrNotCompiled) || !strings.Contains(err.Error(), "go generate ./seccomp") {
+		t.Fatalf("Program of a plan outside the presets: %v", err)
+	}
+	if err := Apply(f); !errors.Is(err, ErrNotCompiled) {
+		t.Fatalf("Apply of a plan outside the presets: %v", err)
+	}
+	for _, goarch := range GOARCHes() {
+		for _, p := range Presets() {
+			f, err := Plan(p.Policy, goarch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Program(f); err != nil {
+				t.Errorf("%s on %s: %v", p.Name, goarch, err)
+			}
+		}
+	}
+}
+
+// TestProgramCodec: EncodePrograms round-trips, and no truncation of it
+// decodes.
+func TestProgramCodec(t *testing.T) {
+	progs := [][]Instruction{{{Code: 0x20, K: 4}, {Code: 0x15, Jt: 1, Jf: 2, K: 0xc000003e}}, {{Code: 6, K: 0x7fff0000}}}
+	b := EncodePrograms(progs)
+	got, ok := DecodePrograms(b)
+	if !ok || len(got) != 2 || got[0][1] != progs[0][1] || got[1][0] != progs[1][0] {
+		t.Fatalf("round trip: %v %v", got, ok)
+	}
+	for i := 0; i < len(b); i++ {
+		if _, ok := DecodePrograms(b[:i]); ok {
+			t.Fatalf("a truncated encoding (%d of %d bytes) decodes", i, len(b))
+		}
+	}
+	if _, ok := DecodePrograms(append(b, 0)); ok {
+		t.Fatal("trailing bytes decode")
 	}
 }
 

@@ -1,8 +1,12 @@
 // Package seccomp denies a sandboxed command the system calls that reach
 // beyond its workspace: debugging other processes, mounting, loading
 // kernel code, creating namespaces, setting the clock, and (strict) IP
-// networking. It works in two steps: Plan is pure and table-tested, Apply
-// is the only code that loads a filter.
+// networking. It works in steps: Plan is pure and table-tested; the plans
+// of the presets (Agent, Strict) on every arch are compiled to classic BPF
+// once, by libseccomp at `go generate` time (internal/compiler, the only
+// code that links libseccomp and cgo), and embedded (programs_gen.go);
+// Program returns a plan's program by its key, and Apply (or nsexec, on
+// one thread) loads it. So the package is pure Go at run time.
 //
 // Terms, used exactly in this package:
 //
@@ -18,8 +22,9 @@
 //   - rule: one deny: a syscall on one arch, the errno it fails with, and
 //     optionally conditions on its arguments, all of which must hold.
 //   - plan, or filter: the rules per arch for one policy (Filter), plain
-//     data that survives a JSON round trip, so that the parent can plan
-//     and the re-executed child can apply it right before exec.
+//     data that survives a JSON round trip; its Key selects its program.
+//   - program: the classic BPF that enforces a plan, as loaded with
+//     seccomp(SECCOMP_SET_MODE_FILTER).
 //
 // Every syscall not named by a rule is allowed (default action ALLOW):
 // this is a deny list, not an allow list, so that any tool an agent may

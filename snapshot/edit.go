@@ -151,6 +151,9 @@ func addStats(a *store.CommitStats, b store.CommitStats, sign int64) {
 // a loaded child was rewritten; otherwise it keeps id.
 type edir struct {
 	id store.ID // the tree the entries came from (when not fresh)
+	// orig is that tree as read (shared with the tree cache: read only),
+	// to tell the entries that are still its own when d is written.
+	orig *store.Tree
 	// origin is the path, in the tree the entries came from, of this
 	// directory; fresh directories have none. It lets the link-group
 	// walk skip subtrees that cannot hold a group's member.
@@ -174,7 +177,7 @@ func (c *treeCache) loadDir(id store.ID, origin, rel string) (*edir, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &edir{id: id, origin: origin, entries: make(map[string]*store.TreeEntry, len(t.Entries)), subs: map[string]*edir{}}
+	d := &edir{id: id, orig: t, origin: origin, entries: make(map[string]*store.TreeEntry, len(t.Entries)), subs: map[string]*edir{}}
 	for i := range t.Entries {
 		e := t.Entries[i] // a copy: the cached tree is shared
 		d.entries[e.Name] = &e
@@ -502,6 +505,13 @@ type retainAller interface {
 	RetainAll(ids []store.ID) ([]bool, error)
 }
 
+// underRetainer is what *store.Writer has to retain the unchanged
+// entries of a rewritten directory through its previous tree
+// (store.Writer.RetainedUnder).
+type underRetainer interface {
+	RetainedUnder(parent store.ID, ids []store.ID) error
+}
+
 // treeWriter stores the rewritten directories of an edit bottom-up.
 type treeWriter struct {
 	ctx context.Context
@@ -511,7 +521,18 @@ type treeWriter struct {
 	// retained before the edit returns.
 	own   map[store.ID]bool
 	reuse map[store.ID]string // id → a path that references it
-	trees int                 // trees written
+	// under are the entries of rewritten directories that are unchanged
+	// from the directory's previous tree: they are retained through that
+	// tree (one id) instead of one by one, when the writer can.
+	under []underGroup
+	trees int // trees written
+}
+
+// underGroup is a previous tree and the reused entries it references.
+type underGroup struct {
+	parent store.ID
+	rel    string
+	ids    []store.ID
 }
 
 func newTreeWriter(ctx context.Context, w objectWriter) *treeWriter {
@@ -544,14 +565,31 @@ func (x *treeWriter) write(d *edir, rel string, depth int) (store.ID, bool, erro
 	}
 	names := d.sortedNames()
 	t := &store.Tree{Entries: make([]store.TreeEntry, 0, len(names))}
-	for _, name := range names {
+	// Entries still as in d's previous tree are reused through it.
+	var orig []store.TreeEntry
+	if _, ok := x.w.(underRetainer); ok && d.orig != nil && !d.fresh && !d.id.IsZero() {
+		orig = d.orig.Entries
+	}
+	var under []store.ID
+	for _, name := range names { // sorted, as a tree's entries are
 		e := d.entries[name]
+		for len(orig) > 0 && orig[0].Name < name {
+			orig = orig[1:]
+		}
 		if !e.Content.IsZero() && !x.own[e.Content] {
-			if _, ok := x.reuse[e.Content]; !ok {
+			if len(orig) > 0 && orig[0].Name == name && orig[0].Content == e.Content {
+				under = append(under, e.Content)
+			} else if _, ok := x.reuse[e.Content]; !ok {
 				x.reuse[e.Content] = joinRel(rel, name)
 			}
 		}
 		t.Entries = append(t.Entries, *e)
+	}
+	if len(under) > 0 {
+		x.under = append(x.under, underGroup{parent: d.id, rel: rel, ids: under})
+		if _, ok := x.reuse[d.id]; !ok && !x.own[d.id] {
+			x.reuse[d.id] = rel
+		}
 	}
 	id, err := x.w.PutTree(t)
 	if err != nil {
@@ -573,7 +611,20 @@ func (x *treeWriter) retainReused() error {
 		}
 	}
 	slices.SortFunc(ids, func(a, b store.ID) int { return strings.Compare(string(a[:]), string(b[:])) })
-	return x.retain(ids, func(id store.ID) string { return fmt.Sprintf("%q: object", x.reuse[id]) })
+	if err := x.retain(ids, func(id store.ID) string { return fmt.Sprintf("%q: object", x.reuse[id]) }); err != nil {
+		return err
+	}
+	// The previous trees are retained now; what they reference is too.
+	for _, g := range x.under {
+		if err := x.w.(underRetainer).RetainedUnder(g.parent, g.ids); err != nil {
+			return fmt.Errorf("%q: retain reused entries: %w", g.rel, err)
+		}
+		for _, id := range g.ids {
+			x.own[id] = true
+		}
+	}
+	x.under = nil
+	return nil
 }
 
 // retainOne retains id (a whole tree the edit returns unchanged).

@@ -144,6 +144,19 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 
 	v, err := s.openPool(false)
+	if err == nil && opts.ReadOnlyWhenFull && !s.ro && FSFull(abs) {
+		// The open worked — the -wal and -shm a close leaves (wal.go)
+		// need not grow — but nothing can be written: read-only, as when
+		// the open fails below, so that writing commands say "no space
+		// left" before they change anything (a half-made freeze, a
+		// registry write that fails after the files went).
+		s.db.Close()
+		s.db = nil
+		s.ro, s.full = true, true
+		if v, err = s.openPool(false); err != nil {
+			s.ro, s.full = false, false // the immutable fallback below
+		}
+	}
 	if err != nil && opts.ReadOnlyWhenFull && FSFull(abs) {
 		// A full filesystem: SQLite cannot grow the -shm index a WAL
 		// open needs (SQLITE_IOERR_SHMSIZE). immutable=1 reads the
@@ -357,6 +370,7 @@ func (s *Store) Close() error {
 	if s.fast != nil {
 		err = s.fast.Close()
 	}
+	s.checkpointIfLarge(s.db)
 	if e := s.db.Close(); e != nil {
 		err = e
 	}

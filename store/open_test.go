@@ -198,9 +198,11 @@ func unmountAtCleanup(t testing.TB, target string) {
 	})
 }
 
-// TestReadOnlyFilesystem opens a store on a read-only bind mount, where
-// SQLite cannot create the WAL index: fsck, show and log must still work,
-// and opening it for writing must fail as ErrReadOnly.
+// TestReadOnlyFilesystem opens a store on a read-only bind mount: with the
+// -wal and -shm files a close leaves (wal.go) SQLite reads them read-only;
+// without them it cannot create the WAL index and the open falls back to
+// immutable=1. Either way fsck, show and log must work, and opening it for
+// writing must fail as ErrReadOnly.
 func TestReadOnlyFilesystem(t *testing.T) {
 	requireMount(t)
 	src, dst := t.TempDir(), t.TempDir()
@@ -219,8 +221,32 @@ func TestReadOnlyFilesystem(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read-only open on a read-only filesystem: %v", err)
 	}
+	if ro.immutable {
+		t.Errorf("the immutable=1 fallback with the WAL index present")
+	}
+	checkReadOnlyStore(t, ro, c, data)
+	ro.Close()
+
+	// No WAL index: checkpointed, and the (empty) -wal and -shm removed.
+	s, err = Open(src, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, f := range []string{"-wal", "-shm"} {
+		if err := os.Remove(filepath.Join(src, DBName+f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro, err = Open(dst, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only open on a read-only filesystem, no WAL index: %v", err)
+	}
 	if !ro.immutable {
-		t.Errorf("expected the immutable=1 fallback (no -shm file after a clean close)")
+		t.Errorf("expected the immutable=1 fallback (no -shm file)")
 	}
 	checkReadOnlyStore(t, ro, c, data)
 	ro.Close()

@@ -20,6 +20,7 @@ type genTree struct {
 	files       int
 	top, mid    int    // fan-out: top × mid directories ...
 	perDir      int    // ... of perDir files each
+	wide        int    // and a directory "wide" of this many files
 	editRel     string // the file the commit scenario edits
 	description string
 }
@@ -27,6 +28,10 @@ type genTree struct {
 var (
 	tree1k   = genTree{name: "t1k-v1", files: 1000, top: 10, mid: 10, perDir: 10, editRel: "d005/e05/f005.txt", description: "1k files"}
 	tree100k = genTree{name: "t100k-v1", files: 100000, top: 100, mid: 10, perDir: 100, editRel: "d050/e05/f050.txt", description: "100k files"}
+	// tree100kWide has one directory of 4,000 entries, which a commit of
+	// one of them rewrites whole (issue 14: 70 ms before its unchanged
+	// entries were retained through the previous tree).
+	tree100kWide = genTree{name: "t100k-wide-v1", files: 100000, top: 96, mid: 10, perDir: 100, wide: 4000, editRel: "wide/f2000.txt", description: "100k files, one directory of 4k"}
 )
 
 // treeEpoch is every generated file's mtime.
@@ -99,22 +104,22 @@ func (t genTree) ensure(cache string, logf func(string, ...any)) (string, error)
 			}
 			dirs = append(dirs, dir)
 			for k := 0; k < t.perDir; k++ {
-				p := filepath.Join(dir, fmt.Sprintf("f%03d.txt", k))
-				f, err := os.Create(p)
-				if err != nil {
+				if err := writeGenFile(filepath.Join(dir, fmt.Sprintf("f%03d.txt", k)), rng); err != nil {
 					return "", err
 				}
-				size := int64(100 + rng.IntN(1900))
-				if err := writeText(f, rng, size); err != nil {
-					f.Close()
-					return "", err
-				}
-				if err := f.Close(); err != nil {
-					return "", err
-				}
-				if err := os.Chtimes(p, treeEpoch, treeEpoch); err != nil {
-					return "", err
-				}
+			}
+		}
+	}
+	if t.wide > 0 {
+		dir := filepath.Join(tmp, "wide")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
+		dirs = append(dirs, dir)
+		for k := 0; k < t.wide; k++ {
+			p := filepath.Join(dir, fmt.Sprintf("f%04d.txt", k))
+			if err := writeGenFile(p, rng); err != nil {
+				return "", err
 			}
 		}
 	}
@@ -135,6 +140,23 @@ func (t genTree) ensure(cache string, logf func(string, ...any)) (string, error)
 	}
 	syncFS()
 	return dst, nil
+}
+
+// writeGenFile writes one generated file of 100 to 2,000 bytes.
+func writeGenFile(p string, rng *rand.Rand) error {
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	size := int64(100 + rng.IntN(1900))
+	if err := writeText(f, rng, size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Chtimes(p, treeEpoch, treeEpoch)
 }
 
 // writeBig writes a new file of n bytes: random data (incompressible) or

@@ -16,7 +16,8 @@
 //
 //	BENCH_QUICK=1        small N everywhere, no 100k tree: a smoke run (a few minutes)
 //	BENCH_ONLY=a,b       only these scenarios (create, peers, reads, commit, sandbox,
-//	                     runs, view, mcp) or issues (workspaces = create,peers,reads)
+//	                     runs, view, mcp, deltas, push, floor) or issues (workspaces =
+//	                     create,peers,reads; store = deltas; share = push; hotpath = floor)
 //	BENCH_BASE=BIN       a baseline strata (beside its strata-init) for the view
 //	                     scenario's before/after rows; BENCH_BASE_REV names it
 //	BENCH_OUT=FILE       the results file (default /tmp/strata-bench/results.md)
@@ -97,6 +98,8 @@ var scenarios = []scenario{
 	{name: "view", issue: "view", run: runView, report: reportView},
 	{name: "mcp", issue: "mcp", run: runMCP, report: reportMCP},
 	{name: "deltas", issue: "store", run: runDeltas, report: reportDeltas},
+	{name: "push", issue: "share", run: runPush, report: reportPush},
+	{name: "floor", issue: "hotpath", run: runFloor, report: reportFloor},
 }
 
 func (c config) selected(s scenario) bool {
@@ -280,7 +283,7 @@ func dropAsRoot() func() error {
 func orchestrate(ctx context.Context, cfg config) int {
 	started := time.Now()
 	if bad := unknownOnly(cfg); len(bad) > 0 {
-		fmt.Fprintf(os.Stderr, "bench: BENCH_ONLY names no scenario: %s (have create, peers, reads, commit, sandbox, runs, view; workspaces, commit, sandbox, runs, view)\n", strings.Join(bad, ", "))
+		fmt.Fprintf(os.Stderr, "bench: BENCH_ONLY names no scenario: %s (have create, peers, reads, commit, sandbox, runs, view, mcp, deltas, push, floor; workspaces, commit, sandbox, runs, view, mcp, store, share, hotpath)\n", strings.Join(bad, ", "))
 		return 2
 	}
 	if _, err := os.Stat(filepath.Join(cfg.corpus, "node_modules")); err != nil {
@@ -309,6 +312,9 @@ func orchestrate(ctx context.Context, cfg config) int {
 			errs = append(errs, "generating trees: "+err.Error())
 		} else if !cfg.quick {
 			if _, err := tree100k.ensure(cfg.cache, b.logf); err != nil {
+				errs = append(errs, "generating trees: "+err.Error())
+			}
+			if _, err := tree100kWide.ensure(cfg.cache, b.logf); err != nil {
 				errs = append(errs, "generating trees: "+err.Error())
 			}
 		}
@@ -569,7 +575,7 @@ func fsType(dir string) string {
 func peerVersions() string {
 	var out []string
 	for _, t := range [][]string{
-		{"git", "--version"}, {"fuse-overlayfs", "--version"}, {"restic", "version"}, {"zstd", "--version"},
+		{"git", "--version"}, {"fuse-overlayfs", "--version"}, {"restic", "version"}, {"zstd", "--version"}, {"skopeo", "--version"},
 	} {
 		b, err := exec.Command(t[0], t[1:]...).CombinedOutput()
 		if err != nil {
@@ -632,6 +638,8 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"view", "Issue \"view\": the sandbox's assembled root, before and after"},
 		{"mcp", "Issue \"mcp\": the MCP server's exec against the CLI's"},
 		{"store", "Issue \"store\" (18): delta-coded edits, before and after"},
+		{"share", "Issue \"share\" (16): snapshots through an OCI registry, against skopeo"},
+		{"hotpath", "Issue \"hotpath\" (14): the hot path beside the floor"},
 	}
 	for _, sec := range sections {
 		var tables []Table

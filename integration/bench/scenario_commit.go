@@ -9,7 +9,8 @@ import (
 )
 
 // Issue "commit": the commit CLI end to end after a 1-file edit, in trees
-// of 1k, 22k (the corpus) and 100k files, and after adding a 100 MB file;
+// of 1k, 22k (the corpus) and 100k files (one of them with a directory of
+// 4,000 entries), and after adding a 100 MB file;
 // against an incremental `restic backup` and `git add -A && git commit`
 // in a shadow repository of the same tree; and how much each store grows
 // per commit against the compressed size of what changed.
@@ -40,6 +41,11 @@ func (b *Bench) commitTrees() ([]commitTree, error) {
 			return nil, err
 		}
 		trees = append(trees, commitTree{key: "t100k", label: "100k files", src: t100k, editRel: tree100k.editRel})
+		wide, err := tree100kWide.ensure(b.cfg.cache, b.logf)
+		if err != nil {
+			return nil, err
+		}
+		trees = append(trees, commitTree{key: "t100kwide", label: "100k files, a 4k-entry directory", src: wide, editRel: tree100kWide.editRel})
 	}
 	return trees, nil
 }
@@ -376,6 +382,7 @@ var commitRows = []struct{ key, label string }{
 	{"t1k/edit", "1-file edit, 1k files"},
 	{"corpus/edit", "1-file edit, 22k files (the corpus)"},
 	{"t100k/edit", "1-file edit, 100k files"},
+	{"t100kwide/edit", "1-file edit in a 4k-entry directory, 100k files"},
 	{"t1k/random", "new 100 MB file, random data (in the 1k tree)"},
 	{"t1k/text", "new 100 MB file, source-like text (in the 1k tree)"},
 }

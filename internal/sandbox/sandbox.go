@@ -1,18 +1,22 @@
 // Package sandbox turns a sandbox mode into what nsexec applies right
 // before exec: a Landlock rule set planned for this kernel's ABI and a
-// seccomp program compiled to BPF, with the compiled programs cached on
-// disk. Terms: a *mode* is agent (Landlock fence + seccomp deny list) or
-// strict (agent without network); a *request* names the paths the fence
-// lets through; a *plan* is the result, ready for nsexec.Command.
+// seccomp program (the BPF libseccomp compiled at generate time, embedded
+// in package seccomp). Terms: a *mode* is agent (Landlock fence + seccomp
+// deny list) or strict (agent without network); a *request*, or policy,
+// names the mode and the paths and ports the fence lets through; a *plan*
+// is the result, ready for nsexec.Command. A keeper plans each request it
+// is sent once and keeps the plan (Cache), so a repeated exec sends the
+// small request and applies a ready plan.
+//
+// It links no SQLite and no cgo: the CLI and the keeper (strata-init)
+// both use it.
 package sandbox
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
-	"os"
-	"path/filepath"
 	"runtime"
+	"slices"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -30,8 +34,45 @@ type Request struct {
 	ConnectTCP  []uint16 // TCP ports connect(2) may reach (Landlock ABI 4+)
 	BindTCP     []uint16 // TCP ports bind(2) may use (Landlock ABI 4+)
 	RequireABI  int      // refuse when Landlock's ABI is older
-	// CacheDir holds compiled seccomp programs; empty: no cache.
+	// CacheDir is not used: the seccomp programs are embedded (package
+	// seccomp). Kept until the CLI's call site stops setting it.
 	CacheDir string
+}
+
+// Key is the request's identity as a cache key: equal requests (CacheDir
+// aside) have equal keys, and any difference in mode, a path, its order,
+// a port or the ABI requirement gives another key.
+func (r Request) Key() string {
+	var b []byte
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	strs := func(ss []string) {
+		b = binary.AppendUvarint(b, uint64(len(ss)))
+		for _, s := range ss {
+			str(s)
+		}
+	}
+	ports := func(ps []uint16) {
+		b = binary.AppendUvarint(b, uint64(len(ps)))
+		for _, p := range ps {
+			b = binary.AppendUvarint(b, uint64(p))
+		}
+	}
+	if r.Strict {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	str(r.Target)
+	str(r.Tmp)
+	strs(r.RO)
+	strs(r.RW)
+	ports(r.ConnectTCP)
+	ports(r.BindTCP)
+	b = binary.AppendVarint(b, int64(r.RequireABI))
+	return string(b)
 }
 
 // Plan is a request planned for this kernel.
@@ -71,99 +112,64 @@ func Build(req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if out.Seccomp, err = compile(f, req.CacheDir); err != nil {
+	if out.Seccomp, err = seccomp.Program(f); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// compile compiles a filter to BPF, through a cache in dir: libseccomp's
-// compile costs about a millisecond, which every sandboxed exec would pay
-// (the sandbox's target is to add under 1 ms). The key covers the plan and
-// libseccomp's version, which decide the program.
-func compile(f *seccomp.Filter, dir string) ([][]unix.SockFilter, error) {
-	var file string
-	if dir != "" {
-		key := f.Key()
-		_, lib := seccomp.Available()
-		sum := sha256.Sum256(append(append(key[:], 0), lib...))
-		file = filepath.Join(dir, "seccomp-"+hex.EncodeToString(sum[:12])+".bpf")
-		if b, err := os.ReadFile(file); err == nil {
-			if progs, ok := decodeBPF(b); ok {
-				return progs, nil
-			}
-		}
+// maxCached bounds a Cache: a keeper serves a handful of policies (the
+// modes, and the --ro/--rw/--allow-* sets its commands use); one that is
+// sent more distinct ones starts over rather than grow.
+const maxCached = 64
+
+// Cache keeps the plan of each request, so that a keeper plans a policy
+// once: Landlock's ruleset and the seccomp program are ready for every
+// later command with the same request. A failed plan is not kept. Plans
+// are shared: callers must not modify them.
+type Cache struct {
+	mu    sync.Mutex
+	plans map[string]*Plan
+	// build plans a request on a miss (Build; tests count calls).
+	build func(Request) (*Plan, error)
+}
+
+// Get returns the plan of req, planning it on the first request.
+func (c *Cache) Get(req Request) (plan *Plan, hit bool, err error) {
+	key := req.Key()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.plans[key]; ok {
+		return p, true, nil
 	}
-	progs, err := seccomp.Compile(f)
+	build := c.build
+	if build == nil {
+		build = Build
+	}
+	// Planned under the lock: concurrent first requests of one policy
+	// plan it once, and planning takes microseconds.
+	p, err := build(cloneRequest(req))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	// A cache that cannot be written (a read-only store) only costs time.
-	if file != "" && os.MkdirAll(dir, 0o700) == nil {
-		_ = writeAtomic(file, encodeBPF(progs))
+	if c.plans == nil || len(c.plans) >= maxCached {
+		c.plans = map[string]*Plan{}
 	}
-	return progs, nil
+	c.plans[key] = p
+	return p, false, nil
 }
 
-// writeAtomic writes b into a temporary file beside path and renames it
-// into place: no reader sees a cache entry half written.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+// Len is the number of plans kept.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.plans)
 }
 
-// encodeBPF lays out programs as: count, then per program its length and
-// its instructions (code u16, jt u8, jf u8, k u32), little endian.
-func encodeBPF(progs [][]unix.SockFilter) []byte {
-	b := binary.LittleEndian.AppendUint32(nil, uint32(len(progs)))
-	for _, p := range progs {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
-		for _, in := range p {
-			b = binary.LittleEndian.AppendUint16(b, in.Code)
-			b = append(b, in.Jt, in.Jf)
-			b = binary.LittleEndian.AppendUint32(b, in.K)
-		}
-	}
-	return b
-}
-
-func decodeBPF(b []byte) ([][]unix.SockFilter, bool) {
-	if len(b) < 4 {
-		return nil, false
-	}
-	n := binary.LittleEndian.Uint32(b)
-	b = b[4:]
-	if n == 0 || n > 16 {
-		return nil, false
-	}
-	progs := make([][]unix.SockFilter, 0, n)
-	for i := uint32(0); i < n; i++ {
-		if len(b) < 4 {
-			return nil, false
-		}
-		m := binary.LittleEndian.Uint32(b)
-		b = b[4:]
-		// BPF_MAXINSNS is 4096 (include/uapi/linux/bpf_common.h).
-		if m == 0 || m > 4096 || uint64(len(b)) < uint64(m)*8 {
-			return nil, false
-		}
-		p := make([]unix.SockFilter, m)
-		for j := range p {
-			p[j] = unix.SockFilter{Code: binary.LittleEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.LittleEndian.Uint32(b[4:])}
-			b = b[8:]
-		}
-		progs = append(progs, p)
-	}
-	return progs, len(b) == 0
+// cloneRequest copies req's slices: a kept plan must not change when the
+// caller reuses its request's backing arrays.
+func cloneRequest(r Request) Request {
+	r.RO, r.RW = slices.Clone(r.RO), slices.Clone(r.RW)
+	r.ConnectTCP, r.BindTCP = slices.Clone(r.ConnectTCP), slices.Clone(r.BindTCP)
+	return r
 }

@@ -138,6 +138,7 @@ func mustHave(baseTar string, want ...string) {
 func main() {
 	base := flag.String("base", "", "the base root filesystem as a tar")
 	out := flag.String("out", "", "output directory (created)")
+	swe := flag.String("swe", "", "the base root with python3-pytest, git and patch as a tar: also build the SWE-bench images (swebench.go)")
 	flag.Parse()
 	if *base == "" || *out == "" {
 		log.Fatal("usage: mkimages -base ROOTFS.tar -out DIR")
@@ -219,10 +220,7 @@ func main() {
 		return img
 	}
 	path := "PATH=/opt/env/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	images := []struct {
-		tag string
-		img v1.Image
-	}{
+	images := []tagged{
 		{"base", mk("base", []v1.Layer{baseLayer}, v1.Config{Env: []string{path}, Cmd: []string{"bash"}})},
 		{"env", mk("env", []v1.Layer{baseLayer, envLayer}, v1.Config{
 			Env: []string{path, "LANG=C.UTF-8"}, Cmd: []string{"bash"},
@@ -238,6 +236,9 @@ func main() {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		log.Fatal(err)
 	}
+	if *swe != "" {
+		images = append(images, swebench(*base, *swe, *out, baseLayer, mk)...)
+	}
 	lp, err := layout.Write(filepath.Join(*out, "oci"), empty.Index)
 	if err != nil {
 		log.Fatal(err)
@@ -248,7 +249,7 @@ func main() {
 		})); err != nil {
 			log.Fatal(err)
 		}
-		if im.tag == "base" {
+		if im.tag == "base" || strings.HasPrefix(im.tag, "sweb.") {
 			continue
 		}
 		tag, err := name.NewTag("strata.test/" + im.tag + ":latest")

@@ -19,7 +19,7 @@ __all__ = ["Store", "Workspace", "Result", "RunResult", "Job", "JobResult", "SUP
 #: refuses a binary whose schema it has not been tested with.
 SUPPORTED_SCHEMA = range(1, 3)
 #: Keeper protocol versions this SDK has been tested with.
-SUPPORTED_PROTOCOL = range(5, 6)
+SUPPORTED_PROTOCOL = range(5, 7)
 
 #: Exit code of a command strata ended at its timeout (as ``timeout(1)``).
 EXIT_TIMEOUT = 124

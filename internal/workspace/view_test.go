@@ -1,4 +1,4 @@
-package strata
+package workspace
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stratafs/strata/internal/workspace/layout"
 )
 
 // TestPathToolchains: PATH entries under the home directory bind their
@@ -45,8 +47,9 @@ func TestPathToolchains(t *testing.T) {
 // hold the store nor lie in it.
 func TestCheckBind(t *testing.T) {
 	base := t.TempDir()
-	r := &Repo{home: filepath.Join(base, "data", "strata")}
-	os.MkdirAll(r.home, 0o700)
+	home := filepath.Join(base, "data", "strata")
+	m := &Manager{Layout: layout.New(home)}
+	os.MkdirAll(home, 0o700)
 	os.MkdirAll(filepath.Join(base, "tools"), 0o755)
 	for _, tc := range []struct {
 		path, want string
@@ -55,10 +58,10 @@ func TestCheckBind(t *testing.T) {
 		{"relative", "absolute"},
 		{filepath.Join(base, "nope"), "no such file or directory"},
 		{base, "strata store"},
-		{filepath.Join(r.home, "layers"), "no such file"},
-		{r.home, "strata store"},
+		{filepath.Join(home, "layers"), "no such file"},
+		{home, "strata store"},
 	} {
-		err := r.checkBind("--ro", tc.path)
+		err := m.CheckBind("--ro", tc.path)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("checkBind(%q) = %v; want %q", tc.path, err, tc.want)
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/stratafs/strata"
-	"github.com/stratafs/strata/image"
 )
 
 // shareCommands are push and pull: snapshots through an OCI registry.
@@ -77,7 +76,7 @@ func shareCommands(e *env) []*cli.Command {
 				p := e.progress()
 				res, err := r.Push(c.Context, c.Args().Get(0), c.Args().Get(1), strata.PushOptions{
 					InsecureTLS: !c.Bool("tls-verify"),
-					Progress:    func(done, total int64) { p.update("upload", done, total, true) },
+					Progress:    p.blob,
 				})
 				p.done()
 				if err != nil {
@@ -115,13 +114,7 @@ func shareCommands(e *env) []*cli.Command {
 				p := e.progress()
 				res, err := r.Pull(c.Context, c.Args().Get(0), strata.PullOptions{
 					Branch: c.String("branch"), InsecureTLS: !c.Bool("tls-verify"), Warn: e.warn,
-					Progress: func(lp image.LayerProgress) {
-						phase := fmt.Sprintf("layer %d/%d %.19s", lp.Index+1, lp.Count, lp.DiffID)
-						if lp.Reused {
-							phase += " (in the store)"
-						}
-						p.update(phase, lp.Done, -1, true)
-					},
+					Progress: p.layer,
 				})
 				p.done()
 				if err != nil {

@@ -88,7 +88,7 @@ func runCommand(e *env) *cli.Command {
 					e.out(res, nil)
 				}
 				return err
-			case errors.Is(err, strata.ErrInvalidName), errors.Is(err, strata.ErrInvalidArgument):
+			case isUsage(err):
 				return err
 			case err != nil:
 				return &exitCode{code: exitStrata, err: err}
@@ -162,7 +162,7 @@ func batchCommand(e *env) *cli.Command {
 			sum, err := r.Batch(c.Context, c.Args().First(), e.stdout, strata.BatchOptions{
 				Parallel: c.Int("parallel"), Out: c.String("out"), Output: c.String("output"), Sandbox: sb, SubIDs: c.Bool("subids"),
 				Progress: func(done, total int) { p.update("batch", int64(done), int64(total), false) },
-				Kind:     kindOf, Shard: shard, Shards: shards,
+				Kind:     strata.Kind, Shard: shard, Shards: shards,
 			})
 			p.done()
 			if err != nil {

@@ -1,4 +1,4 @@
-package strata
+package workspace
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/overlayfs"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
@@ -31,8 +32,6 @@ import (
 // commit's transaction lands, ignored whenever any key differs (a crash in
 // between, a reset, a promote that moved the workspace), in which case a
 // commit reads the whole upper as before. It is never a source of truth.
-const committedIndexFile = "committed.idx"
-
 type committedIndex struct {
 	Base, MountBase, Upper string
 	Entries                map[string]upperStat
@@ -105,14 +104,10 @@ func waitPastCtimes(ctime int64) {
 	}
 }
 
-func (r *Repo) committedIndexPath(w *store.Workspace) string {
-	return filepath.Join(w.Dir, committedIndexFile)
-}
-
 // loadCommittedIndex returns the workspace's index when it describes its
 // current base, mount base and upper; nil otherwise.
-func (r *Repo) loadCommittedIndex(w *store.Workspace, x wsExtra) *committedIndex {
-	b, err := os.ReadFile(r.committedIndexPath(w))
+func loadCommittedIndex(rec *Record) *committedIndex {
+	b, err := os.ReadFile(layout.CommittedIndexFile(rec.Dir))
 	if err != nil {
 		return nil
 	}
@@ -120,7 +115,7 @@ func (r *Repo) loadCommittedIndex(w *store.Workspace, x wsExtra) *committedIndex
 	if gob.NewDecoder(bytes.NewReader(b)).Decode(&idx) != nil {
 		return nil
 	}
-	if idx.Base != w.Base.String() || idx.MountBase != x.mountBase(w).String() || idx.Upper != filepath.Base(x.Upper) || idx.Entries == nil {
+	if idx.Base != rec.Base.String() || idx.MountBase != rec.MountBaseID().String() || idx.Upper != filepath.Base(rec.Upper) || idx.Entries == nil {
 		return nil
 	}
 	return &idx
@@ -132,7 +127,7 @@ func (r *Repo) loadCommittedIndex(w *store.Workspace, x wsExtra) *committedIndex
 // changes tell which directories are opaque; when they were read within
 // the dirty entries only (ChangesWithin), the entries unchanged since prev
 // keep prev's flag.
-func (r *Repo) saveCommittedIndex(w *store.Workspace, x wsExtra, base store.ID, state *upperState, changes []overlayfs.Change, prev *committedIndex) {
+func saveCommittedIndex(rec *Record, base store.ID, state *upperState, changes []overlayfs.Change, prev *committedIndex) {
 	if state == nil {
 		return
 	}
@@ -152,13 +147,14 @@ func (r *Repo) saveCommittedIndex(w *store.Workspace, x wsExtra, base store.ID, 
 			}
 		}
 	}
-	idx := committedIndex{Base: base.String(), MountBase: x.mountBase(w).String(), Upper: filepath.Base(x.Upper), Entries: state.entries}
+	idx := committedIndex{Base: base.String(), MountBase: rec.MountBaseID().String(), Upper: filepath.Base(rec.Upper), Entries: state.entries}
 	var buf bytes.Buffer
 	if gob.NewEncoder(&buf).Encode(&idx) != nil {
 		return
 	}
-	if writeFileAtomic(r.committedIndexPath(w), buf.Bytes(), false) != nil {
-		_ = os.Remove(r.committedIndexPath(w))
+	p := layout.CommittedIndexFile(rec.Dir)
+	if WriteFileAtomic(p, buf.Bytes(), false) != nil {
+		_ = os.Remove(p)
 	}
 }
 
@@ -204,7 +200,7 @@ func (idx *committedIndex) deltaSince(cur *upperState, changes []overlayfs.Chang
 	}
 	var out []snapshot.UpperChange
 	listed := map[string]bool{}
-	for _, u := range upperChanges(changes) {
+	for _, u := range UpperChanges(changes) {
 		listed[u.Path] = true
 		if !dirty[u.Path] {
 			continue
@@ -285,21 +281,21 @@ func parentPath(p string) string {
 	return "."
 }
 
-// uncommitted reports whether a workspace's upper holds anything its base
+// Uncommitted reports whether a workspace's upper holds anything its base
 // commit does not (by the committed-state index; without a valid one,
 // whether the upper holds anything at all) and how many bytes of regular
 // files that is.
-func (r *Repo) uncommitted(w *store.Workspace, x wsExtra) (bool, int64) {
-	if dirEmpty(x.Upper) {
+func (o overlay) Uncommitted(rec *Record) (bool, int64) {
+	if DirEmpty(rec.Upper) {
 		return false, 0
 	}
-	idx := r.loadCommittedIndex(w, x)
+	idx := loadCommittedIndex(rec)
 	if idx == nil {
-		return true, dirBytes(x.Upper)
+		return true, DirBytes(rec.Upper)
 	}
-	cur, err := walkUpper(x.Upper)
+	cur, err := walkUpper(rec.Upper)
 	if err != nil {
-		return true, dirBytes(x.Upper)
+		return true, DirBytes(rec.Upper)
 	}
 	var n int64
 	d := idx.dirtySince(cur)

@@ -541,14 +541,8 @@ func (e *env) importImage(c *cli.Context, src string) error {
 	p := e.progress()
 	res, err := r.ImportImage(c.Context, src, strata.ImageImportOptions{
 		Branch: c.String("branch"), Platform: c.String("platform"), InsecureTLS: !c.Bool("tls-verify"),
-		Warn: e.warn,
-		Progress: func(lp image.LayerProgress) {
-			phase := fmt.Sprintf("layer %d/%d %.19s", lp.Index+1, lp.Count, lp.DiffID)
-			if lp.Reused {
-				phase += " (in the store)"
-			}
-			p.update(phase, lp.Done, -1, true)
-		},
+		Warn:     e.warn,
+		Progress: p.layer,
 	})
 	p.done()
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -273,8 +272,7 @@ func (e *env) runInWorkspace(c *cli.Context, name string, argv []string, shell b
 		st, err = r.Exec(ctx, name, opts)
 	}
 	if err != nil {
-		var ue *usageError
-		if errors.As(err, &ue) || errors.Is(err, strata.ErrInvalidName) || errors.Is(err, strata.ErrInvalidArgument) {
+		if isUsage(err) {
 			return err
 		}
 		return &exitCode{code: exitStrata, err: err}

@@ -1,4 +1,4 @@
-package strata
+package workspace
 
 import (
 	"os"
@@ -40,16 +40,6 @@ func deltaCase(t *testing.T, setup, change func(upper, lower string)) ([]snapsho
 		t.Fatal(err)
 	}
 	return idx.deltaSince(st1, cs, upper, []string{lower})
-}
-
-func write(t *testing.T, p, s string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func summary(cs []snapshot.UpperChange) string {
@@ -142,5 +132,74 @@ func TestDeltaSince(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCommittedIndex: the index is kept for the base, mount base and upper
+// it describes and ignored for any other; with it a workspace is clean
+// right after a commit, and an edit makes it dirty by that file's size.
+func TestCommittedIndex(t *testing.T) {
+	dir := t.TempDir()
+	rec := &Record{Name: "a", Dir: dir, Base: testID(1), MountBase: testID(1).String(), Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work")}
+	o := overlay{&Manager{}}
+	if dirty, n := o.Uncommitted(rec); dirty || n != 0 {
+		t.Errorf("no upper: dirty %v, %d bytes", dirty, n)
+	}
+	write(t, filepath.Join(rec.Upper, "a.txt"), "hello")
+	write(t, filepath.Join(rec.Upper, "d", "b.txt"), "hi")
+	if dirty, n := o.Uncommitted(rec); !dirty || n != 7 {
+		t.Errorf("upper without an index: dirty %v, %d bytes; want 7", dirty, n)
+	}
+	st, err := walkUpper(rec.Upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPastCtimes(st.maxCtime)
+	// Committed as a new base: the index is keyed by it.
+	o.Committed(rec, testID(2), &Tree{state: st})
+	if loadCommittedIndex(rec) != nil {
+		t.Error("the index of base 2 is used for base 1")
+	}
+	rec.Base = testID(2)
+	if loadCommittedIndex(rec) == nil {
+		t.Fatal("the index of the workspace's base is ignored")
+	}
+	if dirty, n := o.Uncommitted(rec); dirty || n != 0 {
+		t.Errorf("right after a commit: dirty %v, %d bytes", dirty, n)
+	}
+	for _, other := range []func(r *Record){
+		func(r *Record) { r.MountBase = testID(3).String() },
+		func(r *Record) { r.Upper = filepath.Join(dir, "upper.abc") },
+	} {
+		r := *rec
+		other(&r)
+		if loadCommittedIndex(&r) != nil {
+			t.Errorf("the index is used for %+v", r)
+		}
+	}
+	write(t, filepath.Join(rec.Upper, "d", "b.txt"), "hi there")
+	if dirty, n := o.Uncommitted(rec); !dirty || n != 8 {
+		t.Errorf("after an edit: dirty %v, %d bytes; want 8", dirty, n)
+	}
+	cur, err := walkUpper(rec.Upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := loadCommittedIndex(rec)
+	need := idx.needed(cur)
+	for _, p := range []string{"d", "d/b.txt"} {
+		if !need[p] {
+			t.Errorf("%s not read", p)
+		}
+	}
+	if need["a.txt"] {
+		t.Error("an unchanged file is read again")
+	}
+	// A damaged index is no index.
+	if err := os.WriteFile(filepath.Join(dir, "committed.idx"), []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if loadCommittedIndex(rec) != nil {
+		t.Error("a damaged index was used")
 	}
 }

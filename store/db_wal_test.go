@@ -1,0 +1,151 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkOpenWriteClose is a CLI call that writes: Open, one durable
+// transaction (a branch moves), Close — what ws create, commit and branch
+// pay besides their own work. It is where re-creating the -wal and -shm
+// files and the checkpoint of the last connection's close showed.
+func BenchmarkOpenWriteClose(b *testing.B) {
+	dir := b.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := commitFile(b, s, "main", ZeroID, "f", []byte("x"))
+	s.Close()
+	i := 0
+	for b.Loop() {
+		s, err := Open(dir, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if err := s.Update(context.Background(), func(tx *Tx) error {
+			return tx.SetRef(fmt.Sprint("b", i), ZeroID, c)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
+	}
+}
+
+// TestWALKeptAtClose: closing the last connection leaves strata.db-wal
+// (with the transaction in it: no checkpoint) and -shm in place; the next
+// open, read-write or read-only, sees the transaction; a WAL larger than
+// walCloseCheckpoint is checkpointed by Close.
+func TestWALKeptAtClose(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := commitFile(t, s, "main", ZeroID, "f", []byte("x"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wal := filepath.Join(dir, DBName+"-wal")
+	fi, err := os.Stat(wal)
+	if err != nil || fi.Size() == 0 {
+		t.Fatalf("after Close: %s: %v (size %d); want the WAL kept, not checkpointed", wal, err, sizeOf(fi))
+	}
+	if _, err := os.Stat(filepath.Join(dir, DBName+"-shm")); err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	for _, ro := range []bool{false, true} {
+		s, err := Open(dir, Options{ReadOnly: ro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got ID
+		err = s.View(context.Background(), func(tx *Tx) error { got, err = tx.Ref("main"); return err })
+		s.Close()
+		if err != nil || got != c {
+			t.Fatalf("reopened (read-only %v): main = %s, %v; want %s", ro, got.Short(), err, c.Short())
+		}
+	}
+	// A WAL grown past the limit (lowered here: SQLite's automatic
+	// checkpoints keep a real one near 8 MiB): Close checkpoints it.
+	defer func(v int64) { walCloseCheckpoint = v }(walCloseCheckpoint)
+	walCloseCheckpoint = 64 << 10
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := randBytes(7, 1<<20)
+	commitFile(t, s, "big", ZeroID, "big", big)
+	fi, _ = os.Stat(wal)
+	if sizeOf(fi) <= walCloseCheckpoint {
+		t.Fatalf("WAL %d bytes after a %d-byte commit", sizeOf(fi), len(big))
+	}
+	db := filepath.Join(dir, DBName)
+	before, _ := os.Stat(db)
+	s.Close()
+	after, _ := os.Stat(db)
+	if sizeOf(after)-sizeOf(before) < int64(len(big))/2 {
+		t.Fatalf("Close of a %d-byte WAL: strata.db %d → %d bytes; want the WAL checkpointed into it", sizeOf(fi), sizeOf(before), sizeOf(after))
+	}
+}
+
+func sizeOf(fi os.FileInfo) int64 {
+	if fi == nil {
+		return -1
+	}
+	return fi.Size()
+}
+
+// TestFullWithWAL: on a full filesystem a store whose close left its WAL
+// opens (the -shm need not grow) but read-only, as Full, with what the WAL
+// holds readable and writes refused as ErrNoSpace before they start.
+func TestFullWithWAL(t *testing.T) {
+	requireMount(t)
+	dir := t.TempDir()
+	mount(t, "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir)
+	unmountAtCleanup(t, dir)
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := commitFile(t, s, "main", ZeroID, "f", []byte("in the WAL"))
+	s.Close()
+	if fi, err := os.Stat(filepath.Join(dir, DBName+"-wal")); err != nil || fi.Size() == 0 {
+		t.Fatalf("no WAL after close: %v", err)
+	}
+	f, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	f.Close()
+	if !FSFull(dir) {
+		t.Fatal("not full")
+	}
+	s, err = Open(dir, Options{ReadOnlyWhenFull: true})
+	if err != nil {
+		t.Fatalf("open on a full filesystem: %v", err)
+	}
+	defer s.Close()
+	if !s.Full() || !s.ReadOnly() {
+		t.Errorf("Full %v, ReadOnly %v; want both", s.Full(), s.ReadOnly())
+	}
+	var got ID
+	err = s.View(context.Background(), func(tx *Tx) error { got, err = tx.Ref("main"); return err })
+	if err != nil || got != c {
+		t.Errorf("main = %s, %v; want %s (from the WAL)", got.Short(), err, c.Short())
+	}
+	if _, err := s.NewWriter(context.Background(), "x"); !errors.Is(err, ErrNoSpace) {
+		t.Errorf("NewWriter on a full store: %v; want ErrNoSpace", err)
+	}
+}
