@@ -72,6 +72,10 @@ type materializer struct {
 	// layer, when set, makes the writer produce an overlay layer (see
 	// layer.go): whiteouts, opaque directories, no overlay xattrs.
 	layer *layerSpec
+	// fill, when set, fills files from elsewhere than the store (clone.go:
+	// FICLONE or copy from a layer stack); it reports false to leave a
+	// file to the store.
+	fill func(rel string, e *store.TreeEntry, fd int) (bool, error)
 
 	jobs   chan fileJob
 	groups map[string]linkSource // LinkGroup → its first member
@@ -508,7 +512,16 @@ func (m *materializer) writeFile(j fileJob, w *fdWriter, bw *bufio.Writer) error
 	w.fd = fd
 	bw.Reset(w)
 	var n int64
-	if !e.Content.IsZero() {
+	filled := false
+	if m.fill != nil && !e.Content.IsZero() {
+		if filled, err = m.fill(j.rel, e, fd); err != nil {
+			return err
+		}
+		if filled {
+			n = e.Size
+		}
+	}
+	if !filled && !e.Content.IsZero() {
 		sw := &sparseWriter{fd: fd, bw: bw}
 		n, err = m.r.ReadContentTo(m.ctx, e.Content, sw)
 		if err == nil {
