@@ -46,9 +46,9 @@ type WorkspaceOptions struct {
 	// Env ("K=V") and Cwd override the image config's for every command
 	// of an image-rooted workspace; RO and RW are host paths bound into
 	// its root.
-	Env     []string
-	Cwd     string
-	RO, RW  []string
+	Env    []string
+	Cwd    string
+	RO, RW []string
 }
 
 // Workspace describes a workspace.
