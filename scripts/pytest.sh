@@ -18,6 +18,8 @@ if ! "$py" -c 'import pytest' 2>/dev/null; then
   fi
   echo "== python tests: skipped: $py has no pytest (Debian: python3-pytest; make deps)"; exit 0
 fi
+# The container images of the image test (make images builds them).
+export STRATA_IMAGES=${STRATA_IMAGES:-${STRATA_CACHE:-/var/tmp/strata-cache}/images}
 # Copies where an unprivileged user can read and run them: the checkout may
 # sit under a home directory only its owner can enter.
 tmp=$(mktemp -d /var/tmp/strata-py.XXXXXX)
