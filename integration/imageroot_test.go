@@ -542,3 +542,48 @@ func TestImageRootCreateCost(t *testing.T) {
 	}
 	h.ok("exec", "b", "--", "true")
 }
+
+// TestImageRootMCP: an agent's workspace_create from an image ref runs in
+// the image — exec there, read_file and write_file relative to its
+// project directory, diff of the project — and root/at put a project
+// on an environment.
+func TestImageRootMCP(t *testing.T) {
+	imgs := testImages(t)
+	h := newHome(t)
+	importImage(h, "oci:"+filepath.Join(imgs, "oci")+":instance", "-b", "inst")
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "p.txt"), []byte("project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.ok("import", src, "-b", "proj")
+	cs := mcpStdio(t, h, nil)
+	mcpCall(t, cs, "workspace_create", map[string]any{"name": "a", "from": "inst"}, nil)
+	var ex struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	mcpCall(t, cs, "exec", map[string]any{"workspace": "a", "command": "pwd; echo $TESTBED; cat README.md"}, &ex)
+	readme := h.ok("exec", "a", "--", "cat", "README.md").stdout
+	if ex.ExitCode != 0 || ex.Stdout != "/testbed\n1\n"+readme {
+		t.Errorf("exec in the image: %+v", ex)
+	}
+	mcpCall(t, cs, "write_file", map[string]any{"workspace": "a", "path": "agent.txt", "content": "from the agent\n"}, nil)
+	var rf struct {
+		Content string `json:"content"`
+	}
+	mcpCall(t, cs, "read_file", map[string]any{"workspace": "a", "path": "README.md"}, &rf)
+	if rf.Content != readme {
+		t.Errorf("read_file README.md: %q; want %q", rf.Content, readme)
+	}
+	if got := h.ok("exec", "a", "--", "cat", "/testbed/agent.txt").stdout; got != "from the agent\n" {
+		t.Errorf("write_file landed elsewhere: %q", got)
+	}
+	if got := diffPaths(diffJSON(h, "a")); !slices.Equal(got, []string{"testbed/agent.txt"}) {
+		t.Errorf("diff after write_file: %q", got)
+	}
+	mcpCall(t, cs, "workspace_create", map[string]any{"name": "b", "from": "proj", "root": "inst", "at": "/work"}, nil)
+	mcpCall(t, cs, "exec", map[string]any{"workspace": "b", "command": "pwd; cat p.txt; cat /testbed/README.md"}, &ex)
+	if ex.ExitCode != 0 || ex.Stdout != "/work\nproject\n"+readme {
+		t.Errorf("exec in a project on the image: %+v", ex)
+	}
+}
