@@ -645,6 +645,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"store", "Issue \"store\" (18): delta-coded edits, before and after"},
 		{"share", "Issue \"share\" (16): snapshots through an OCI registry, against skopeo"},
 		{"hotpath", "Issue \"hotpath\" (14): the hot path beside the floor"},
+		{"environments", "Issue \"environments\" (13): container images as roots, against podman"},
 	}
 	for _, sec := range sections {
 		var tables []Table

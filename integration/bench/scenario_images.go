@@ -72,6 +72,9 @@ var podmanRunArgs = []string{"run", "--rm", "--network", "none", "--ulimit", "no
 // storage is the apparent size of podman's storage; rootless, read from
 // its user namespace (its files belong to subordinate ids).
 func (p *benchPodman) storage() (int64, error) {
+	if _, err := os.Stat(p.root); err != nil {
+		return 0, nil // nothing pulled yet
+	}
 	var out string
 	var err error
 	if os.Geteuid() == 0 {
@@ -187,17 +190,42 @@ func runImages(b *Bench) error {
 			return err
 		}
 	}
+	// The host view's run of a one-file project, for reference.
+	tiny := filepath.Join(dir, "tiny")
+	if err := os.MkdirAll(tiny, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tiny, "f"), []byte("f\n"), 0o644); err != nil {
+		return err
+	}
+	if _, _, err := st.st("-q", "import", tiny, "-b", "tiny"); err != nil {
+		return err
+	}
+	if _, _, err := st.st("-q", "run", "--from", "tiny", "--", "true"); err != nil {
+		return err
+	}
 	n := b.cfg.n.exec / 4
 	if n < 5 {
 		n = 5
 	}
-	var sr, pr, fr []time.Duration
+	var sr, hr, pr, fr []time.Duration
+	phases := map[string][]float64{}
 	for i := 0; i < n; i++ {
-		_, d, err := st.st("run", "--from", "img/"+img, "--", "true")
+		var res struct {
+			Durations map[string]float64 `json:"durations_ns"`
+		}
+		d, err := st.stJSON(&res, "run", "--from", "img/"+img, "--", "true")
 		if err != nil {
 			return err
 		}
 		sr = append(sr, d)
+		for _, ph := range []string{"fork", "run", "total"} {
+			phases[ph] = append(phases[ph], res.Durations[ph])
+		}
+		if d, err = st.stJSON(&res, "run", "--from", "tiny", "--", "true"); err != nil {
+			return err
+		}
+		hr = append(hr, d)
 		if pm != nil {
 			_, d, err := pm.run(append(podmanRunArgs, ref(img), "true")...)
 			if err != nil {
@@ -212,7 +240,11 @@ func runImages(b *Bench) error {
 		fr = append(fr, d)
 	}
 	b.record("images", "run/strata", unitNS, durs(sr), "")
+	b.record("images", "run/host", unitNS, durs(hr), "")
 	b.record("images", "run/floor", unitNS, durs(fr), "")
+	for ph, v := range phases {
+		b.record("images", "run/phase/"+ph, unitNS, v, "")
+	}
 	if pm != nil {
 		b.record("images", "run/podman", unitNS, durs(pr), "")
 	}
@@ -371,13 +403,17 @@ func reportImages(r *Results) []Table {
 	}
 	for _, row := range []struct{ label, key string }{
 		{"`strata run --from IMAGE -- true`", "run/strata"},
+		{"· its `durations_ns.fork`: run directory, layer stack, image config", "run/phase/fork"},
+		{"· its `durations_ns.run`: namespaces, the root's mounts, `true`, teardown", "run/phase/run"},
+		{"· its `durations_ns.total`: the run as the library sees it (CLI start and store open excluded)", "run/phase/total"},
+		{"`strata run --from PROJECT -- true` (host view, a one-file project)", "run/host"},
 		{"`podman run --rm --network none IMAGE true`", "run/podman"},
 		{"floor: fork + exec of `/bin/true`", "run/floor"},
 	} {
 		cells := []string{row.label, nOf(r, "images", row.key)}
 		for _, p := range r.Passes {
 			ratio := ""
-			if row.key != "run/podman" {
+			if row.key != "run/podman" && !strings.HasPrefix(row.key, "run/phase/") {
 				ratio = r.ratio(p, "images", row.key, "run/podman", "p50")
 			}
 			cells = append(cells, r.cell(p, "images", row.key, "p50"), r.cell(p, "images", row.key, "p99"), ratio)
