@@ -93,7 +93,7 @@ func (r *Repo) gcFiles(ctx context.Context, st *store.Store, out *GCResult) erro
 	if err != nil {
 		return err
 	}
-	ev, err := r.ws.LayerCache().Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute, MaxDepth: depth})
+	ev, err := r.ws.LayerCache().Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute, MaxDepth: depth, RemoveAll: workspace.RemoveAll})
 	unlock()
 	if err != nil {
 		return fmt.Errorf("gc: layers: %w", err)

@@ -24,6 +24,13 @@ cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-core" "${STRAT
 # strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
 if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
 chmod 755 "$tmp/integration.test" "$tmp/strata" "$tmp/strata-core"
+# What the SWE-bench test runs besides strata: the example harness, the
+# Python SDK it imports, the image push script.
+mkdir -p "$tmp/src/examples" "$tmp/src/python" "$tmp/src/scripts"
+cp -r examples/swebench "$tmp/src/examples/" && cp -r python/src "$tmp/src/python/" && cp scripts/images.sh "$tmp/src/scripts/"
+find "$tmp/src" -name __pycache__ -prune -exec rm -rf {} +
+chmod -R a+rX "$tmp/src"
+export STRATA_SRC="$tmp/src"
 export STRATA_BIN="$tmp/strata"
 export GOTRACEBACK=all
 # The container images of the image tests (make images builds them).

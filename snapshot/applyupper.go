@@ -112,6 +112,11 @@ type ApplyOptions struct {
 	// upper directory (the base stays where the upper was mounted): a
 	// changed file's version there is its delta base.
 	Previous store.ID
+	// Owners, if set, maps the owner an upper entry has on disk to the
+	// one recorded: an image root's upper holds the caller's ids where
+	// the image sees root (and, with subordinate ids, their namespace's
+	// ids where it sees its users).
+	Owners func(uid, gid uint32) (uint32, uint32)
 }
 
 // ApplyResult describes a finished ApplyUpper.
@@ -755,6 +760,9 @@ func (a *applyUpperState) upperEntry(c *UpperChange, name string) (*store.TreeEn
 		Name: name, Type: entryType(st.Mode), Mode: st.Mode & 0o7777,
 		UID: st.Uid, GID: st.Gid, MtimeNs: timespecNs(st.Mtim),
 	}
+	if a.opts.Owners != nil {
+		e.UID, e.GID = a.opts.Owners(e.UID, e.GID)
+	}
 	switch e.Type {
 	case store.TypeSocket:
 		a.warn(c.Path, "socket; not recorded")
@@ -1186,6 +1194,9 @@ func (a *applyUpperState) readOnce(f *upFile, buf *[]byte) (bool, error) {
 	e := f.e
 	e.Content, e.Size = id, size
 	e.Mode, e.UID, e.GID, e.MtimeNs = after.Mode&0o7777, after.Uid, after.Gid, timespecNs(after.Mtim)
+	if a.opts.Owners != nil {
+		e.UID, e.GID = a.opts.Owners(e.UID, e.GID)
+	}
 	e.Xattrs = a.dropOverlayXattrs(f.path, xs)
 	return size == after.Size && before.Size == after.Size &&
 		before.Mtim == after.Mtim && before.Ctim == after.Ctim, nil

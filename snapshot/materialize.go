@@ -23,6 +23,9 @@ type MaterializeOptions struct {
 	// Chown applies the recorded uid/gid (needs privilege). Otherwise
 	// everything is owned by the caller.
 	Chown bool
+	// Owners, with Chown, maps a recorded owner to the one written: an
+	// image's ids as a subordinate-id namespace holds them (LayerOptions).
+	Owners func(uid, gid uint32) (uint32, uint32)
 	// Warn, if set, receives one call per entry not written as recorded.
 	// path is relative to the target. Calls are serialized.
 	Warn func(path, msg string)
@@ -573,7 +576,8 @@ func (m *materializer) applyFD(fd int, rel string, e *store.TreeEntry, opaque bo
 		}
 	}
 	if m.opts.Chown {
-		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {
+		uid, gid := m.owner(e)
+		if err := unix.Fchown(fd, int(uid), int(gid)); err != nil {
 			return m.pathErr("chown", rel, err)
 		}
 	}
@@ -653,13 +657,22 @@ func (m *materializer) special(h *dirHandle, rel string, e *store.TreeEntry) err
 	return m.nameMeta(h.fd, rel, e, true)
 }
 
+// owner is the owner written for e (MaterializeOptions.Owners).
+func (m *materializer) owner(e *store.TreeEntry) (uint32, uint32) {
+	if m.opts.Owners != nil {
+		return m.opts.Owners(e.UID, e.GID)
+	}
+	return e.UID, e.GID
+}
+
 // nameMeta sets owner, mode (unless a symlink) and times of the entry just
 // created at name in dirfd, without following a symlink. Special files are
 // not opened: opening a device can have effects.
 func (m *materializer) nameMeta(dirfd int, rel string, e *store.TreeEntry, chmod bool) error {
 	name := path.Base(rel)
 	if m.opts.Chown {
-		if err := unix.Fchownat(dirfd, name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		uid, gid := m.owner(e)
+		if err := unix.Fchownat(dirfd, name, int(uid), int(gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return m.pathErr("chown", rel, err)
 		}
 	}

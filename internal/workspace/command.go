@@ -63,12 +63,21 @@ func (m *Manager) Exec(ctx context.Context, name string, opts CommandOptions, io
 	if err != nil {
 		return ExitStatus{}, err
 	}
-	cmd, err := m.buildCommand(k.Target, opts)
+	var cmd nsexec.Command
+	rf, isRoot, err := readRootFile(m.Layout.Workspace(name))
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	if isRoot {
+		cmd, err = m.rootCommand(rf, opts)
+	} else {
+		cmd, err = m.buildCommand(k.Target, opts)
+	}
 	if err != nil {
 		return ExitStatus{}, err
 	}
 	st, err := nsexec.Exec(ctx, m.Layout.Workspace(name), cmd, io.Stdin, io.Stdout, io.Stderr)
-	if err == nil {
+	if err == nil && !isRoot {
 		hintNotFound(st, cmd, k.Target, opts.Sandbox.Warn)
 	}
 	return st, err
