@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/stratafs/strata/nsexec"
@@ -92,6 +93,12 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 		return nil, err
 	}
 	thaw, err := nsexec.Freeze(w.Dir)
+	if err != nil && wr.Scratch() && errors.Is(err, syscall.ENOSPC) {
+		// A read (diff, apply) on a full filesystem, where the freezer
+		// cannot write its marker: read the upper live. A file that
+		// changes while it is read is read again (snapshot.ApplyUpper).
+		thaw, err = func() {}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

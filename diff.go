@@ -106,17 +106,15 @@ func (r *Repo) commitTree(ctx context.Context, ref string) (store.ID, store.ID, 
 }
 
 // workspaceDiff compares a workspace's base with its current view. The
-// content of changed files is written to the store (as a commit would);
-// unless committed, gc collects it.
+// view is built through a scratch writer: its new objects stay in memory
+// (readable through the store until Close), nothing is written to the
+// store, so it works on a read-only or full one.
 func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []snapshot.Change, error) {
 	st, err := r.db()
 	if err != nil {
 		return nil, nil, err
 	}
-	if st.Full() {
-		return nil, nil, r.noSpace(fmt.Sprintf("diff %s: a workspace's diff stores its changed files first (diff of commits, REF or A..B, still works)", name))
-	}
-	wr, err := st.NewWriter(ctx, "diff "+name)
+	wr, err := st.NewScratchWriter(ctx, "diff "+name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,9 +123,7 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 		wr.Abort()
 		return nil, nil, err
 	}
-	// Keep the objects referenced until the patch has been printed: the
-	// writer's lease protects them from a concurrent gc. Finish with no
-	// commit releases the lease afterwards.
+	// Keep the objects until the patch has been printed: Close drops them.
 	spec := &DiffSpec{From: wt.base.Tree, To: wt.tree, FromRef: wt.w.Base.Short(), ToRef: name, Workspace: name, FromCommit: wt.w.Base}
 	if err := wr.Flush(); err != nil { // Diff reads the new trees
 		wr.Abort()

@@ -150,7 +150,15 @@ func TestFullDisk(t *testing.T) {
 	for _, args := range [][]string{{"fsck"}, {"show", "main"}, {"log"}, {"ws", "list"}, {"diff", "main"}, {"branch", "list"}} {
 		h.ok(args...)
 	}
-	for _, args := range [][]string{{"commit", "w"}, {"import", src}, {"diff", "w"}} {
+	// A workspace's diff reads its upper directory and stores nothing
+	// (issue 19): it works on the full store, uncommitted changes and all.
+	if out := h.ok("diff", "w").stdout; !strings.Contains(out, "diff --git a/u b/u") || !strings.Contains(out, "+u\n") {
+		t.Errorf("diff w on a full store lacks the uncommitted u:\n%s", out)
+	}
+	if out := h.ok("diff", "--name-status", "w").stdout; !strings.Contains(out, "A\tu\n") {
+		t.Errorf("diff --name-status w on a full store:\n%s", out)
+	}
+	for _, args := range [][]string{{"commit", "w"}, {"import", src}} {
 		r := h.run(args...)
 		if r.code == 0 || !strings.Contains(r.stderr, "no space left on "+fs.dir) || !strings.Contains(r.stderr, "ws rm -f") {
 			t.Errorf("strata %s on a full store: want a failure naming %s and what to remove, got %s", strings.Join(args, " "), fs.dir, r)

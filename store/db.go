@@ -60,6 +60,10 @@ type Store struct {
 	// goroutines of one process. Other processes still wait in SQLite.
 	wsem chan struct{}
 
+	// scratches: the live scratch Writers, whose objects reads find
+	// after the database's (scratch.go).
+	scratches scratchSet
+
 	stmts sync.Map // stmtKey → *sql.Stmt
 	hot   sync.Map // *sql.DB → *hotStmts
 }
