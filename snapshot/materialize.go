@@ -72,6 +72,9 @@ type materializer struct {
 	// layer, when set, makes the writer produce an overlay layer (see
 	// layer.go): whiteouts, opaque directories, no overlay xattrs.
 	layer *layerSpec
+	// fsync makes every file durable as it is written, for a layer on a
+	// filesystem whose syncfs does not (see writeLayer).
+	fsync bool
 
 	jobs   chan fileJob
 	groups map[string]linkSource // LinkGroup → its first member
@@ -527,6 +530,11 @@ func (m *materializer) writeFile(j fileJob, w *fdWriter, bw *bufio.Writer) error
 	}
 	if err := m.applyFD(fd, j.rel, e, false); err != nil {
 		return err
+	}
+	if m.fsync {
+		if err := unix.Fsync(fd); err != nil {
+			return m.pathErr("fsync", j.rel, err)
+		}
 	}
 	m.prog.add(1, 0)
 	return nil
