@@ -19,6 +19,18 @@ type DiffSpec struct {
 	FromRef, ToRef   string   // how the user named them
 	Workspace        string   // set when To is a workspace's current view
 	FromCommit, ToID store.ID // commits, when known
+
+	scratch *store.Writer // holds a workspace's view in memory
+}
+
+// Release drops what a workspace's diff holds in memory (its view's new
+// trees and chunks) once its changes have been printed; Repo.Close does
+// otherwise, so a long-lived Repo (the MCP server) calls it. It does
+// nothing for other diffs.
+func (s *DiffSpec) Release() {
+	if s != nil && s.scratch != nil {
+		_ = s.scratch.Abort()
+	}
 }
 
 // FileChange is one changed path, with line counts for text files.
@@ -124,7 +136,7 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 		return nil, nil, err
 	}
 	// Keep the objects until the patch has been printed: Close drops them.
-	spec := &DiffSpec{From: wt.base.Tree, To: wt.tree, FromRef: wt.w.Base.Short(), ToRef: name, Workspace: name, FromCommit: wt.w.Base}
+	spec := &DiffSpec{From: wt.base.Tree, To: wt.tree, FromRef: wt.w.Base.Short(), ToRef: name, Workspace: name, FromCommit: wt.w.Base, scratch: wr}
 	if err := wr.Flush(); err != nil { // Diff reads the new trees
 		wr.Abort()
 		return nil, nil, err
