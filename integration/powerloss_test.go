@@ -357,7 +357,9 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 	p.l.CrashAt(at)
 	out, ok := p.strata(op.args...)
 	interrupted = p.l.Crashed()
-	if !interrupted {
+	if !interrupted && ok {
+		// The length of a run that did the whole operation (a refused
+		// rebase stops early and would narrow later crash points).
 		p.opLen[op.kind] = p.l.Ops() - start
 	}
 	// An operation may succeed though the crash point fell inside it:
@@ -563,6 +565,14 @@ func (p *plHarness) checkWorkspaces(op plOp, ok bool, branches map[string]string
 	}
 	if strings.HasPrefix(op.kind, "rebase") {
 		p.checkRebase(op, ok, plWorkspace{listed[op.ws].base, listed[op.ws].upper}, branches[op.branch])
+		// The conflicting edit is resolved by taking REF's version
+		// (its file leaves the upper), so that no commit of the
+		// workspace carries it into conflicts with later imports.
+		for f := range p.marked[op.ws] {
+			os.Remove(filepath.Join(listed[op.ws].upper, f))
+			delete(p.unc[op.ws], f)
+			delete(p.marked[op.ws], f)
+		}
 	}
 	// Uncommitted files of other workspaces are where they were.
 	for name, files := range p.unc {
@@ -644,8 +654,6 @@ func (p *plHarness) checkRebase(op plOp, ok bool, w plWorkspace, head string) {
 		if ok && contains(p.rebased.Markers, f) && !marked {
 			t.Errorf("trial %d (%s): the acknowledged rebase marked %s, which has no markers:\n%s", p.n, op.kind, f, got)
 		}
-		p.unc[op.ws][f] = got // the workspace's content from now on
-		delete(p.marked[op.ws], f)
 	}
 }
 
