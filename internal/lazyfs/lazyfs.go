@@ -6,6 +6,12 @@
 // returns. PowerLoss drops every write to a file since that file's last
 // fsync, restoring the bytes and size it had then.
 //
+// syncfs(2) makes nothing durable here, as on any FUSE filesystem but
+// virtiofs: the kernel writes dirty pages back to the server but sends it
+// no FUSE_SYNCFS, so only fsync of each file reaches it (what snapshot's
+// layer writer does on FUSE; the rebase trials of the power-loss harness
+// found the upper it writes torn when it relied on syncfs).
+//
 // Writes go through to the backing file (so reads, stats and mmap behave
 // as on a real filesystem); before the first write since the last fsync to
 // a block of a file, the block's old bytes are saved in memory, with the
