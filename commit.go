@@ -93,10 +93,11 @@ func (r *Repo) workspaceTree(ctx context.Context, name string, wr *store.Writer,
 		return nil, err
 	}
 	thaw, err := nsexec.Freeze(w.Dir)
-	if err != nil && wr.Scratch() && errors.Is(err, syscall.ENOSPC) {
-		// A read (diff, apply) on a full filesystem, where the freezer
-		// cannot write its marker: read the upper live. A file that
-		// changes while it is read is read again (snapshot.ApplyUpper).
+	if err != nil && wr.Scratch() && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES)) {
+		// A read (diff, apply) on a full or read-only filesystem, where
+		// the freezer cannot write its lock or marker: read the upper
+		// live. A file that changes while it is read is read again
+		// (snapshot.ApplyUpper).
 		thaw, err = func() {}, nil
 	}
 	if err != nil {

@@ -110,6 +110,47 @@ func TestDiffWritesNothing(t *testing.T) {
 	h.fsckClean()
 }
 
+// TestDiffReadOnlyStore: a store that cannot be written (a read-only bind
+// mount as root, file modes rootless) serves a workspace's diff in every
+// form, uncommitted changes included, and apply of it: both open the
+// store read-only and store nothing, and the freezer, which cannot take
+// its lock there, leaves the upper to be read as it is.
+func TestDiffReadOnlyStore(t *testing.T) {
+	h := newHome(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	baseTree(t, src)
+	h.ok("import", src)
+	h.ok("ws", "create", "w")
+	t.Cleanup(func() { h.run("ws", "rm", "--force", "w") }) // after the store is writable again
+	h.ok("exec", "w", "--", "sh", "-c", "echo 'line 4' >> src/app.txt && echo new > new.txt")
+	h.ok("ws", "stop", "w")
+	target := filepath.Join(t.TempDir(), "target")
+	h.ok("export", "main", target)
+	if os.Geteuid() == 0 {
+		makeReadOnly(t, h.dir)
+	} else {
+		// The store directory, its database and the workspace's
+		// directory (where the freezer's lock goes); chmod -R would
+		// stop at the overlay's work directory, which only the kernel
+		// may enter.
+		ws := filepath.Join(h.dir, "workspaces", "w")
+		sh(t, "", fmt.Sprintf("chmod a-w %q %q %q", h.dir, filepath.Join(h.dir, "strata.db"), ws))
+		t.Cleanup(func() { exec.Command("chmod", "u+w", h.dir, filepath.Join(h.dir, "strata.db"), ws).Run() })
+	}
+	if out := h.ok("diff", "w").stdout; !strings.Contains(out, "+line 4\n") || !strings.Contains(out, "+++ b/new.txt") {
+		t.Errorf("diff w on a read-only store:\n%s", out)
+	}
+	if out := h.ok("diff", "--name-status", "w").stdout; out != "M\tsrc/app.txt\nA\tnew.txt\n" && out != "A\tnew.txt\nM\tsrc/app.txt\n" {
+		t.Errorf("diff --name-status w on a read-only store: %q", out)
+	}
+	h.ok("diff", "--stat", "w")
+	h.ok("--json", "diff", "w")
+	h.ok("apply", "w", "--to", target)
+	if got, err := os.ReadFile(filepath.Join(target, "new.txt")); err != nil || string(got) != "new\n" {
+		t.Errorf("apply from a read-only store wrote new.txt = %q, %v", got, err)
+	}
+}
+
 // TestDiffBigFileBoundedMemory: a workspace's diff keeps the chunks of the
 // files it reads in memory only up to a budget (32 MiB); the rest it
 // reads again from the workspace's upper directory when it prints them.
