@@ -73,6 +73,9 @@ type plHarness struct {
 	wsLeftDir int
 	// rebased: the acknowledged answer of this trial's rebase, or nil.
 	rebased *rebaseResult
+	// rebasedOnto: per workspace, the head of imp it was created from or
+	// last rebased onto (a rebase onto it again is up-to-date).
+	rebasedOnto map[string]string
 	// unc: per workspace, the uncommitted files written (durably) into
 	// its upper before a rebase, with their content; marked: those of
 	// them that conflict with the rebase's REF (markers expected).
@@ -174,7 +177,7 @@ func (p *plHarness) nextOp() plOp {
 	}
 	switch k := p.rng.IntN(15); {
 	case k >= 12:
-		return p.rebaseOp()
+		return p.rebaseOp(imp)
 	case k >= 10:
 		// A workspace: created from imp, then edited (in its upper
 		// directory, as the agent's writes land there; fsynced, so the
@@ -275,12 +278,16 @@ func (p *plHarness) wsList() (map[string]plWorkspace, string, bool) {
 // rebase with --conflict=markers, an uncommitted edit of a file imp
 // changed since the workspace's base, which conflicts and gets markers.
 // The workspace's commits (files of their own names) never conflict.
-// A workspace not created yet is created first.
-func (p *plHarness) rebaseOp() plOp {
+// A workspace not created yet is created first; one that has imp's head
+// already (a rebase would be up-to-date) gets an import to rebase onto.
+func (p *plHarness) rebaseOp(imp func() plOp) plOp {
 	w := fmt.Sprintf("ws%d", p.rng.IntN(2))
 	upper, ok := p.ws[w]
 	if !ok {
 		return plOp{kind: "wscreate", branch: "ws/" + w, from: "imp", ws: w, args: []string{"--json", "ws", "create", "--from", "imp", w}}
+	}
+	if p.rebasedOnto[w] == p.heads["imp"] {
+		return imp()
 	}
 	listed, out, ok := p.wsList()
 	if !ok {
@@ -357,11 +364,7 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 	p.l.CrashAt(at)
 	out, ok := p.strata(op.args...)
 	interrupted = p.l.Crashed()
-	if !interrupted && ok {
-		// The length of a run that did the whole operation (a refused
-		// rebase stops early and would narrow later crash points).
-		p.opLen[op.kind] = p.l.Ops() - start
-	}
+	ran := p.l.Ops() - start
 	// An operation may succeed though the crash point fell inside it:
 	// SQLite's checkpoint after a durable commit, or cleanup of caches,
 	// may fail without undoing what was acknowledged. It is acknowledged
@@ -401,6 +404,7 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 			}
 			p.ws[op.ws] = r.Upper
 			p.heads[op.branch] = r.Base
+			p.rebasedOnto[op.ws] = r.Base
 		case "rebase", "rebase-markers":
 			var r rebaseResult
 			if err := json.Unmarshal([]byte(firstLine(out)), &r); err != nil || r.Base == "" {
@@ -417,6 +421,12 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 				p.heads[op.branch] = p.heads[op.from]
 			}
 		}
+	}
+	if !interrupted && ok && (p.rebased == nil || p.rebased.How == "rebased") {
+		// The length of a run that did the whole operation: a refused
+		// or up-to-date rebase stops early and would narrow later
+		// crash points.
+		p.opLen[op.kind] = ran
 	}
 	if _, err := p.l.PowerLoss(); err != nil {
 		t.Fatal(err)
@@ -507,6 +517,7 @@ func (p *plHarness) checkWorkspaces(op plOp, ok bool, branches map[string]string
 	if op.kind == "wscreate" && !ok {
 		if w, found := listed[op.ws]; found {
 			p.ws[op.ws] = w.upper // the creation went through
+			p.rebasedOnto[op.ws] = w.base
 		} else {
 			// Absent, as it may be; what the crash left of it (its
 			// directory, the branch) is cleared as ws create's refusal
@@ -627,6 +638,7 @@ func (p *plHarness) checkRebase(op plOp, ok bool, w plWorkspace, head string) {
 	}
 	p.rebaseNew++
 	p.ws[op.ws] = w.upper
+	p.rebasedOnto[op.ws] = op.onto
 	switch {
 	case w.base == op.oldBase:
 		t.Errorf("trial %d (%s): workspace %s has a new upper %s over its old base %s", p.n, op.kind, op.ws, w.upper, w.base)
@@ -696,7 +708,7 @@ func TestPowerLoss(t *testing.T) {
 		src: filepath.Join(dir, "src"), rng: rand.New(rand.NewPCG(seed, 18)),
 		acked: map[string]string{}, heads: map[string]string{}, opLen: map[string]int64{},
 		ws: map[string]string{}, edit: map[string]string{},
-		unc: map[string]map[string]string{}, marked: map[string]map[string]string{}}
+		unc: map[string]map[string]string{}, marked: map[string]map[string]string{}, rebasedOnto: map[string]string{}}
 	for _, d := range []string{p.backing, p.mnt, p.src} {
 		os.MkdirAll(d, 0o755)
 	}
