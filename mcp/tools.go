@@ -536,10 +536,11 @@ func (s *Server) diff(ctx context.Context, name string, limit int) (*diffOut, er
 	if _, err := s.repo.WorkspaceInfo(ctx, name); err != nil {
 		return nil, err
 	}
-	_, changes, err := s.repo.Diff(ctx, name)
+	spec, changes, err := s.repo.Diff(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	defer spec.Release() // the server's Repo lives on: drop the view's objects
 	var buf bytes.Buffer
 	if err := s.repo.WritePatch(ctx, &buf, changes); err != nil {
 		return nil, err

@@ -494,6 +494,7 @@ func writeLayer(ctx context.Context, r objectReader, parent, tree store.ID, fina
 		mo.Owners = opts.Owners.Map
 	}
 	m := newMaterializer(r, mo, cfg, fd)
+	m.fsync = syncfsNotDurable(fd)
 	m.layer = &layerSpec{
 		prefix:    opts.Flavour + ".",
 		opaque:    map[string]bool{},
@@ -519,7 +520,8 @@ func writeLayer(ctx context.Context, r objectReader, parent, tree store.ID, fina
 	}
 	// A layer under its final name must be complete even after a power
 	// loss: a torn one would show wrong content in every workspace
-	// stacked on it, and nothing would notice.
+	// stacked on it, and nothing would notice. (On FUSE each file was
+	// fsynced as it was written: syncfsNotDurable.)
 	if err := unix.Syncfs(fd); err != nil {
 		return &fs.PathError{Op: "syncfs", Path: tmp, Err: err}
 	}
@@ -530,6 +532,20 @@ func writeLayer(ctx context.Context, r objectReader, parent, tree store.ID, fina
 		return &fs.PathError{Op: "rename", Path: final, Err: err}
 	}
 	return nil
+}
+
+// fuseSuperMagic is FUSE's f_type (Linux: include/uapi/linux/magic.h).
+const fuseSuperMagic = 0x65735546
+
+// syncfsNotDurable reports whether syncfs of the filesystem holding fd
+// leaves file data not durable: on FUSE, syncfs writes dirty pages back to
+// the server but asks it for nothing (the kernel sends FUSE_SYNCFS only
+// to virtiofs), so the server may still hold them in its cache — only
+// fsync of each file reaches it (FUSE_FSYNC). A store on sshfs, a
+// network filesystem's FUSE client, or the power-loss tests' lazyfs.
+func syncfsNotDurable(fd int) bool {
+	var st unix.Statfs_t
+	return unix.Fstatfs(fd, &st) == nil && st.Type == fuseSuperMagic
 }
 
 // WriteDelta writes the layer that turns parentTree into tree, for the

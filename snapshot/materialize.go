@@ -79,6 +79,9 @@ type materializer struct {
 	// FICLONE or copy from a layer stack); it reports false to leave a
 	// file to the store.
 	fill func(rel string, e *store.TreeEntry, fd int) (bool, error)
+	// fsync makes every file durable as it is written, for a layer on a
+	// filesystem whose syncfs does not (see writeLayer).
+	fsync bool
 
 	jobs   chan fileJob
 	groups map[string]linkSource // LinkGroup → its first member
@@ -543,6 +546,11 @@ func (m *materializer) writeFile(j fileJob, w *fdWriter, bw *bufio.Writer) error
 	}
 	if err := m.applyFD(fd, j.rel, e, false); err != nil {
 		return err
+	}
+	if m.fsync {
+		if err := unix.Fsync(fd); err != nil {
+			return m.pathErr("fsync", j.rel, err)
+		}
 	}
 	m.prog.add(1, 0)
 	return nil

@@ -2,7 +2,9 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/overlayfs"
@@ -72,6 +74,13 @@ func (o overlay) Read(ctx context.Context, rec *Record, wr *store.Writer, opts R
 	}
 	lowers := ro.lowers
 	thaw, err := nsexec.Freeze(rec.Dir)
+	if err != nil && wr.Scratch() && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES)) {
+		// A read (diff, apply) on a full or read-only filesystem, where
+		// the freezer cannot write its lock or marker: read the upper
+		// live. A file that changes while it is read is read again
+		// (snapshot.ApplyUpper).
+		thaw, err = func() {}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
