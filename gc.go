@@ -52,6 +52,13 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		if st, err = r.reopen(); err != nil {
 			return out, err
 		}
+		if st.Full() && store.ReclaimWAL(r.home) {
+			// The write-ahead log held the space (a write that failed
+			// for lack of it): truncated, it may be enough.
+			if st, err = r.reopen(); err != nil {
+				return out, err
+			}
+		}
 		if st.Full() {
 			return out, r.noSpace(fmt.Sprintf("gc removed %d layer(s) (%d bytes) and %d leftover(s), but the database cannot be collected", out.LayersFreed, out.LayerBytes, len(out.StaleRemoved)))
 		}

@@ -218,7 +218,9 @@ func TestHelperHoldStore(t *testing.T) {
 func TestFullDiskPendingWAL(t *testing.T) {
 	for _, shm := range []string{"truncated", "absent", "intact"} {
 		t.Run(shm, func(t *testing.T) {
-			fs := newSmallFS(t, "32m")
+			// Above the store's low-space mark (64 MiB), so that closes
+			// keep the WAL (store/wal.go) until the disk is filled.
+			fs := newSmallFS(t, "96m")
 			h := &home{t: t, dir: filepath.Join(fs.dir, "store")}
 			src := filepath.Join(t.TempDir(), "proj")
 			baseTree(t, src)
