@@ -247,7 +247,7 @@ func startLocked(ctx context.Context, spec *Spec, lock *os.File) (*Keeper, error
 		if err != nil {
 			return fail(err)
 		}
-		return &Keeper{PID: info.PID, Target: info.Target, Started: info.Started}, nil
+		return &Keeper{PID: info.PID, Target: info.Target, Started: info.Started, Fresh: true}, nil
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fail(fmt.Errorf("keeper %s: not ready: %w", spec.Name, context.Cause(ctx)))
 	}

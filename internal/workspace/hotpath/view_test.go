@@ -1,4 +1,4 @@
-package workspace
+package hotpath
 
 import (
 	"os"
@@ -48,7 +48,7 @@ func TestPathToolchains(t *testing.T) {
 func TestCheckBind(t *testing.T) {
 	base := t.TempDir()
 	home := filepath.Join(base, "data", "strata")
-	m := &Manager{Layout: layout.New(home)}
+	m := &Planner{Home: layout.New(home).Home()}
 	os.MkdirAll(home, 0o700)
 	os.MkdirAll(filepath.Join(base, "tools"), 0o755)
 	for _, tc := range []struct {
