@@ -27,7 +27,8 @@ const SpecVersion = 1
 // specHeader is the spec file's first line: it says the version, so that
 // a reader tells whether it may serve the workspace without decoding the
 // rest (exec into a live keeper reads no more).
-var specHeader = fmt.Sprintf("strata keeper spec %d\n", SpecVersion)
+// (TestSpecFile holds it to SpecVersion.)
+const specHeader = "strata keeper spec 1\n"
 
 // SpecFile is a workspace's keeper spec file: the nsexec.Spec its keeper
 // mounts, and what says whether that is still what the store would

@@ -2,6 +2,7 @@ package hotpath
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,7 +70,7 @@ func TestSpecFile(t *testing.T) {
 		t.Errorf("servable: %v", err)
 	}
 	b, _ := os.ReadFile(layout.KeeperSpecFile(dir))
-	if !strings.HasPrefix(string(b), "strata keeper spec 1\n{") {
+	if !strings.HasPrefix(string(b), fmt.Sprintf("strata keeper spec %d\n{", SpecVersion)) {
 		t.Errorf("file starts %q", b[:30])
 	}
 	for name, content := range map[string]string{
