@@ -35,6 +35,11 @@ type WorkspaceOptions struct {
 	// reading its changes then need their user namespace: the caller
 	// runs nsexec.EnterSubIDs first, as the strata CLI does.
 	SubIDs bool
+	// KeeperSpec writes the keeper's spec file at create, so that the
+	// strata front's first exec starts the keeper without the store
+	// (docs/hotpath.md); the CLI sets it. Without it the first keeper
+	// start writes the file.
+	KeeperSpec bool
 }
 
 // Workspace describes a workspace.
@@ -175,9 +180,11 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		undo()
 		return nil, err
 	}
-	// What its keeper will mount, for the front's first exec (a cache:
-	// without it that exec goes through strata-core).
-	_ = r.ws.WriteSpec(ctx, rec)
+	if opts.KeeperSpec {
+		// What its keeper will mount, for the front's first exec (a
+		// cache: without it that exec goes through strata-core).
+		_ = r.ws.WriteSpec(ctx, rec)
+	}
 	return r.describe(rec), nil
 }
 

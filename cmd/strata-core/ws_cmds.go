@@ -40,6 +40,7 @@ func wsCommand(e *env) *cli.Command {
 					defer r.Close()
 					w, err := r.CreateWorkspace(c.Context, c.Args().First(), strata.WorkspaceOptions{
 						From: c.String("from"), Branch: c.String("branch"), Tmpfs: c.Bool("tmpfs"), SubIDs: c.Bool("subids"),
+						KeeperSpec: true, // the front's first exec starts the keeper (docs/hotpath.md)
 					})
 					if err != nil {
 						return err

@@ -83,8 +83,9 @@ func (m *Manager) saveSpec(rec *Record, spec nsexec.Spec) {
 // WriteSpec writes workspace rec's keeper spec file (ws create, once the
 // workspace is registered): its first exec then starts the keeper from
 // the front without the store. The stack is materialized already
-// (Populate); the overlay features are probed here if this user never
-// mounted one on this kernel.
+// (Populate); the overlay features are probed here when this user never
+// mounted an overlay on this kernel, in the binary's own namespaced child
+// (nsexec.Init), as the first keeper start would.
 func (m *Manager) WriteSpec(ctx context.Context, rec *Record) error {
 	if rec.Backend != BackendOverlay {
 		return nil
