@@ -36,6 +36,12 @@ type Job struct {
 	Protect []string        `json:"protect,omitempty"`
 	Sandbox string          `json:"sandbox,omitempty"`
 	Net     string          `json:"net,omitempty"`
+	// Root (an image ref) and At: From is a project mounted at At over
+	// the image's root (RunOptions.Root); Scope: what an image-rooted
+	// job's diff and commit cover ("project" or "all").
+	Root  string `json:"root,omitempty"`
+	At    string `json:"at,omitempty"`
+	Scope string `json:"scope,omitempty"`
 }
 
 // JobResult is one line of a batch's output.
@@ -295,7 +301,8 @@ func plural(n int, one, many string) string {
 
 // jobOptions turns a job into run options.
 func jobOptions(file string, j Job, opts BatchOptions) (RunOptions, error) {
-	ro := RunOptions{From: j.From, Cwd: j.Cwd, CommitBranch: j.Commit, Keep: j.Keep, Protect: j.Protect, Sandbox: opts.Sandbox, SubIDs: opts.SubIDs}
+	ro := RunOptions{From: j.From, Cwd: j.Cwd, CommitBranch: j.Commit, Keep: j.Keep, Protect: j.Protect, Sandbox: opts.Sandbox, SubIDs: opts.SubIDs,
+		Root: j.Root, At: j.At, Scope: j.Scope}
 	if j.Sandbox != "" {
 		ro.Sandbox.Mode = j.Sandbox
 	}

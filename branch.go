@@ -36,7 +36,7 @@ func (r *Repo) Branches(ctx context.Context) ([]Branch, error) {
 			bound[w.Branch] = w.Name
 		}
 		for _, ref := range refs {
-			if strings.HasPrefix(ref.Name, image.LayerRefPrefix) {
+			if strings.HasPrefix(ref.Name, image.LayerRefPrefix) || strings.HasPrefix(ref.Name, rootRefPrefix) {
 				continue // an image layer's index entry, not a branch
 			}
 			b := Branch{Name: ref.Name, Commit: ref.Commit, Workspace: bound[ref.Name]}

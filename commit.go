@@ -190,6 +190,9 @@ func (r *Repo) Reset(ctx context.Context, name, ref string) (store.ID, error) {
 	if err := workspace.NeedSubIDNS(w); err != nil {
 		return store.ZeroID, err
 	}
+	if err := r.checkImageReset(ctx, w, target); err != nil {
+		return store.ZeroID, err
+	}
 	// Decide: the branch must still be where the workspace is based, or
 	// already at target (a reset onto the branch's head moves only the
 	// workspace).

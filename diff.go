@@ -18,6 +18,18 @@ type DiffSpec struct {
 	FromRef, ToRef   string   // how the user named them
 	Workspace        string   // set when To is a workspace's current view
 	FromCommit, ToID store.ID // commits, when known
+
+	scratch *store.Writer // holds a workspace's view in memory
+}
+
+// Release drops what a workspace's diff holds in memory (its view's new
+// trees and chunks) once its changes have been printed; Repo.Close does
+// otherwise, so a long-lived Repo (the MCP server) calls it. It does
+// nothing for other diffs.
+func (s *DiffSpec) Release() {
+	if s != nil && s.scratch != nil {
+		_ = s.scratch.Abort()
+	}
 }
 
 // FileChange is one changed path, with line counts for text files.
@@ -104,17 +116,15 @@ func (r *Repo) commitTree(ctx context.Context, ref string) (store.ID, store.ID, 
 }
 
 // workspaceDiff compares a workspace's base with its current view. The
-// content of changed files is written to the store (as a commit would);
-// unless committed, gc collects it.
+// view is built through a scratch writer: its new objects stay in memory
+// (readable through the store until Close), nothing is written to the
+// store, so it works on a read-only or full one.
 func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []snapshot.Change, error) {
 	st, err := r.db()
 	if err != nil {
 		return nil, nil, err
 	}
-	if st.Full() {
-		return nil, nil, r.noSpace(fmt.Sprintf("diff %s: a workspace's diff stores its changed files first (diff of commits, REF or A..B, still works)", name))
-	}
-	wr, err := st.NewWriter(ctx, "diff "+name)
+	wr, err := st.NewScratchWriter(ctx, "diff "+name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -123,10 +133,9 @@ func (r *Repo) workspaceDiff(ctx context.Context, name string) (*DiffSpec, []sna
 		wr.Abort()
 		return nil, nil, err
 	}
-	// Keep the objects referenced until the patch has been printed: the
-	// writer's lease protects them from a concurrent gc. Finish with no
-	// commit releases the lease afterwards.
-	spec := &DiffSpec{From: wt.Base.Tree, To: wt.Tree, FromRef: w.Base.Short(), ToRef: name, Workspace: name, FromCommit: w.Base}
+	// Keep the objects until the patch has been printed: Release (or Close)
+	// drops them.
+	spec := &DiffSpec{From: wt.Base.Tree, To: wt.Tree, FromRef: w.Base.Short(), ToRef: name, Workspace: name, FromCommit: w.Base, scratch: wr}
 	if err := wr.Flush(); err != nil { // Diff reads the new trees
 		wr.Abort()
 		return nil, nil, err

@@ -27,6 +27,8 @@ type Check struct {
 	// Optional checks only speed things up or add features; a required
 	// one missing means workspaces do not work for this user.
 	Optional bool `json:"optional,omitempty"`
+	// Fix says what to do about a failed check, best first.
+	Fix []string `json:"fix,omitempty"`
 }
 
 // DoctorReport is what this kernel and user allow.
@@ -39,6 +41,13 @@ type DoctorReport struct {
 	// View is what a sandboxed command of the store sees (DescribeView,
 	// for this process's PATH).
 	View []ViewEntry `json:"view"`
+	// UserNS says why unprivileged user namespaces fail here (cause ""
+	// when they work), from a probe of its own (nsexec.ProbeUserNS).
+	UserNS nsexec.UserNSDiagnosis `json:"userns"`
+	// NoNamespaces says what a command of a workspace without namespaces
+	// (reflink or copy backend, where user namespaces are denied) gets
+	// on this kernel instead of what namespaces give.
+	NoNamespaces []nsexec.NoNSItem `json:"no_namespaces"`
 }
 
 // SandboxReport says what one --sandbox mode enforces on this kernel, and
@@ -84,16 +93,20 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 	}
 	defer os.RemoveAll(scratch)
 
-	// Rootless: user namespace + overlay inside it.
+	// Rootless: user namespace + overlay inside it; and, told apart,
+	// why user namespaces fail when they do.
 	userFeat, userErr := nsexec.ProbeOverlay(ctx, mkdirIn(scratch, "user"), true)
+	rep.UserNS = nsexec.DiagnoseUserNS(nsexec.ProbeUserNS(ctx))
+	const noUserNS = "rootless overlay workspaces (exec, shell, run) — every overlay workspace command needs root"
 	switch {
+	case userErr != nil && rep.UserNS.Cause != nsexec.UserNSWorks:
+		add(Check{Name: "user namespaces", Detail: rep.UserNS.Detail, Fix: rep.UserNS.Fix, Disables: noUserNS})
 	case errors.Is(userErr, nsexec.ErrNoUserNS):
-		add(Check{Name: "user namespaces", Detail: userErr.Error(),
-			Disables: "rootless workspaces (exec, shell, run) — every workspace command needs root"})
+		add(Check{Name: "user namespaces", Detail: userErr.Error(), Disables: noUserNS})
 	case userErr != nil:
 		add(Check{Name: "user namespaces", Detail: userErr.Error(), Disables: "rootless workspaces"})
 	default:
-		add(Check{Name: "user namespaces", OK: true, Detail: "unprivileged user + mount namespaces work" + hintIfSet()})
+		add(Check{Name: "user namespaces", OK: true, Detail: "unprivileged user + mount namespaces work"})
 	}
 	if userErr == nil {
 		add(featureCheck(userFeat, "overlay", "unprivileged overlay", userFeat.Overlay,
@@ -143,6 +156,10 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 	add(cgroupCheck())
 	add(subIDCheck())
 	rep.Sandbox = sandboxReports(abi)
+	if err != nil {
+		abi = 0
+	}
+	rep.NoNamespaces = nsexec.NoNSReport(abi)
 	rep.View = DescribeView(scratchParent, os.Environ())
 	return rep
 }
@@ -187,13 +204,6 @@ func sandboxReports(abi int) []SandboxReport {
 		out = append(out, rep)
 	}
 	return append(out, SandboxReport{Mode: SandboxNone, Missing: []string{"nothing is enforced beyond the workspace's private mount namespace, whose view is the whole host (your home included): for trusted work only"}})
-}
-
-func hintIfSet() string {
-	if h := nsexec.UserNSHint(); strings.Contains(h, "=") && !strings.Contains(h, "CONFIG_USER_NS") {
-		return " (note: " + h + ")"
-	}
-	return ""
 }
 
 func mkdirIn(parent, name string) string {

@@ -74,7 +74,7 @@ func (r *Repo) Export(ctx context.Context, ref, dir string, opts ExportOptions) 
 	tree := c.Tree
 	var stripped []snapshot.Stripped
 	if !fork.IsZero() && !opts.KeepSpecial {
-		wr, err := st.NewWriter(ctx, "export")
+		wr, err := st.NewScratchWriter(ctx, "export") // export only reads the store
 		if err != nil {
 			return nil, err
 		}

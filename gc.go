@@ -52,6 +52,13 @@ func (r *Repo) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		if st, err = r.reopen(); err != nil {
 			return out, err
 		}
+		if st.Full() && store.ReclaimWAL(r.home) {
+			// The write-ahead log held the space (a write that failed
+			// for lack of it): truncated, it may be enough.
+			if st, err = r.reopen(); err != nil {
+				return out, err
+			}
+		}
 		if st.Full() {
 			return out, r.noSpace(fmt.Sprintf("gc removed %d layer(s) (%d bytes) and %d leftover(s), but the database cannot be collected", out.LayersFreed, out.LayerBytes, len(out.StaleRemoved)))
 		}
@@ -93,7 +100,7 @@ func (r *Repo) gcFiles(ctx context.Context, st *store.Store, out *GCResult) erro
 	if err != nil {
 		return err
 	}
-	ev, err := r.ws.LayerCache().Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute, MaxDepth: depth})
+	ev, err := r.ws.LayerCache().Evict(ctx, st, snapshot.EvictOptions{Keep: keep, OlderThan: time.Minute, MaxDepth: depth, RemoveAll: workspace.RemoveAll})
 	unlock()
 	if err != nil {
 		return fmt.Errorf("gc: layers: %w", err)

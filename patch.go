@@ -41,7 +41,10 @@ func (e *PatchError) Is(target error) bool { return target == ErrPatch }
 // contents from the base tree in the store), then the lifecycle writes the
 // results straight into its upper directory (workspace.WriteUpper), so the
 // result is exactly what applying the patch in the merged view would give.
-func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.ID, upper string, patch []byte) (int, error) {
+//
+// dir (relative, "" for the root) is where the patch's paths start: an
+// image-rooted run's project directory (/testbed).
+func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.ID, upper, dir string, patch []byte) (int, error) {
 	files, _, err := gitdiff.Parse(bytes.NewReader(patch))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrPatch, err)
@@ -63,6 +66,9 @@ func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.I
 			if p != "" && !cleanRel(p) {
 				return 0, &PatchError{File: p, Err: errors.New("path leaves the tree or names .git internals")}
 			}
+		}
+		if dir != "" {
+			oldName, newName, name = inDir(dir, oldName), inDir(dir, newName), inDir(dir, name)
 		}
 		var src []byte
 		var srcMode uint32 = 0o644
@@ -122,6 +128,14 @@ func (r *Repo) applyPatch(ctx context.Context, st *store.Store, baseTree store.I
 		return 0, err
 	}
 	return len(files), nil
+}
+
+// inDir joins a patch path onto dir ("" stays "").
+func inDir(dir, p string) string {
+	if p == "" {
+		return ""
+	}
+	return path.Join(dir, p)
 }
 
 // patchPath cleans a name from a patch; with strip, it drops the first

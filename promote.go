@@ -287,7 +287,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 			return nil, err
 		}
 	case t.WS != nil && t.Exact:
-		wr, err := st.NewWriter(ctx, "apply "+arg)
+		wr, err := st.NewScratchWriter(ctx, "apply "+arg) // apply only reads the store
 		if err != nil {
 			return nil, err
 		}
@@ -320,7 +320,7 @@ func (r *Repo) Apply(ctx context.Context, arg, dir string, opts ApplyOptions) (*
 	}
 	// The target's .git is the user's own: a workspace's .git (imported,
 	// or the synthetic one of import --git) never overwrites it.
-	wr, err := st.NewWriter(ctx, "apply")
+	wr, err := st.NewScratchWriter(ctx, "apply")
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,11 @@ type RunOptions struct {
 	Stdout  *os.File
 	Stderr  *os.File
 	Warn    func(path, msg string)
+	// Root (an image ref) and At run From's tree as a project at At over
+	// the image's root; without Root, a run from an image commit is
+	// image-rooted by itself. Scope is what its diff and commit cover
+	// ("project", default, or "all"). See docs/images.md.
+	Root, At, Scope string
 }
 
 // check validates the options that need no store and no kernel.
@@ -64,6 +69,17 @@ func (opts RunOptions) check() error {
 	}
 	if opts.Keep && opts.CommitBranch != "" {
 		return invalidf("run: --keep and --commit exclude each other")
+	}
+	switch {
+	case opts.At != "" && opts.Root == "":
+		return invalidf("run: --at needs --root IMAGE: the image the project is mounted in")
+	case opts.Root != "" && opts.At == "":
+		return invalidf("run: --root %s needs --at PATH: where the project appears in the image (e.g. --at /testbed)", opts.Root)
+	}
+	switch opts.Scope {
+	case "", workspace.ScopeProject, workspace.ScopeAll:
+	default:
+		return invalidf("run: --scope %q: want project or all", opts.Scope)
 	}
 	// An empty patch is refused like a garbage one (which has no file
 	// changes either): running the tests on the unpatched tree would
@@ -155,22 +171,39 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 		from = DefaultBranch
 	}
 	var base *store.Commit
+	var rootOpts *workspace.RootOptions
+	var rootTree store.ID
 	if err := st.View(ctx, func(tx *store.Tx) error {
 		id, err := resolve(tx, from)
 		if err != nil {
 			return err
 		}
 		res.From = id
-		base, err = tx.Commit(id)
+		if base, err = tx.Commit(id); err != nil {
+			return err
+		}
+		rootOpts, rootTree, err = resolveRoot(tx, base, rootRequest{Root: opts.Root, At: opts.At, Scope: opts.Scope})
 		return err
 	}); err != nil {
 		return nil, err
+	}
+	var root *workspace.Root
+	if rootOpts != nil {
+		if root, err = r.ws.NewRoot(ctx, rootTree, *rootOpts); err != nil {
+			return nil, err
+		}
+		if err := workspace.CheckRootSubIDs(opts.SubIDs); err != nil {
+			return nil, err
+		}
 	}
 
 	// Fork: a run directory with upper and work, registered by its pid.
 	run, err := r.ws.NewRun(res.ID, opts.Disk)
 	if err != nil {
 		return nil, err
+	}
+	if root != nil {
+		run.SetRoot(root, opts.SubIDs)
 	}
 	keepDir := false
 	defer func() {
@@ -196,7 +229,7 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 	t := phase("fork", t0)
 
 	if len(opts.PatchData) > 0 {
-		if _, err := r.applyPatch(ctx, st, base.Tree, run.Upper, opts.PatchData); err != nil {
+		if _, err := r.applyPatch(ctx, st, base.Tree, run.Upper, run.PatchDir(), opts.PatchData); err != nil {
 			if opts.PatchName != "" {
 				err = fmt.Errorf("%s: %w", opts.PatchName, err)
 			}
@@ -260,7 +293,11 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 
 	switch {
 	case opts.CommitBranch != "" && res.ExitCode == 0 && !res.TimedOut:
-		if err := r.commitRun(ctx, st, res, base, changes, opts); err != nil {
+		owners, err := run.Owners()
+		if err != nil {
+			return res, err
+		}
+		if err := r.commitRun(ctx, st, res, base, changes, owners, opts); err != nil {
 			return res, err
 		}
 		t = phase("commit", t)
@@ -277,14 +314,14 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 
 // commitRun turns a successful run's change into a commit on
 // opts.CommitBranch, after the policy check.
-func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, base *store.Commit, changes []snapshot.UpperChange, opts RunOptions) error {
+func (r *Repo) commitRun(ctx context.Context, st *store.Store, res *RunResult, base *store.Commit, changes []snapshot.UpperChange, owners func(uid, gid uint32) (uint32, uint32), opts RunOptions) error {
 	wr, err := st.NewWriter(ctx, "run "+res.ID)
 	if err != nil {
 		return err
 	}
 	defer wr.Abort()
 	ar, err := snapshot.ApplyUpper(ctx, st, wr, base.Tree, changes, snapshot.ApplyOptions{
-		BaseStats: &base.Stats, Warn: opts.Warn,
+		BaseStats: &base.Stats, Warn: opts.Warn, Owners: owners,
 	})
 	if err != nil {
 		return err
@@ -407,6 +444,9 @@ func (r *Repo) adoptRun(ctx context.Context, run *workspace.Run, name, source st
 	return r.update(ctx, func(tx *store.Tx) error {
 		if err := tx.SetRef(branch, store.ZeroID, rec.Base); err != nil {
 			return fmt.Errorf("branch %q: %w", branch, err)
+		}
+		if err := setRootRef(tx, name, rec); err != nil {
+			return err
 		}
 		if err := workspace.Save(tx, rec); err != nil {
 			return err

@@ -12,8 +12,14 @@ import (
 // terminal the command gets a pty of its own as its controlling terminal:
 // job control works, and the window size follows the caller's.
 func (r *Repo) Shell(ctx context.Context, name string, opts ExecOptions) (ExitStatus, error) {
+	root := r.ws.IsRoot(name)
 	if len(opts.Argv) == 0 {
 		opts.Argv = []string{workspace.DefaultShell()}
+		if root {
+			// The image's shell, not the host's $SHELL: bash where the
+			// image has it.
+			opts.Argv = []string{"/bin/sh", "-c", "command -v bash >/dev/null && exec bash; exec sh"}
+		}
 	}
 	in := opts.Stdin
 	if !workspace.IsTerminal(in) {
@@ -32,7 +38,7 @@ func (r *Repo) Shell(ctx context.Context, name string, opts ExecOptions) (ExitSt
 	// its own: its terminal comes from there, or it would have no name
 	// inside (tty: "not a tty"). --sandbox none sees the host's.
 	open := workspace.OpenHostPTY
-	if opts.Sandbox.Mode != SandboxNone {
+	if opts.Sandbox.Mode != SandboxNone || root {
 		open = func() (*os.File, *os.File, error) { return r.ws.OpenPTY(name) }
 	}
 	return workspace.OnTerminal(in, opts.Stdout, open, func(slave *os.File) (ExitStatus, error) {

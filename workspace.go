@@ -35,6 +35,20 @@ type WorkspaceOptions struct {
 	// reading its changes then need their user namespace: the caller
 	// runs nsexec.EnterSubIDs first, as the strata CLI does.
 	SubIDs bool
+	// Root (an image ref) and At make the workspace a project on an
+	// environment: From's tree mounted at At over the image's root.
+	// Without Root, a workspace forked from an image commit is
+	// image-rooted by itself. See docs/images.md, "Image roots".
+	Root, At string
+	// Scope of an image-rooted workspace's diff and commits:
+	// "project" (its working directory; default) or "all".
+	Scope string
+	// Env ("K=V") and Cwd override the image config's for every command
+	// of an image-rooted workspace; RO and RW are host paths bound into
+	// its root.
+	Env    []string
+	Cwd    string
+	RO, RW []string
 	// KeeperSpec writes the keeper's spec file at create, so that the
 	// strata front's first exec starts the keeper without the store
 	// (docs/hotpath.md); the CLI sets it. Without it the first keeper
@@ -57,6 +71,8 @@ type Workspace struct {
 	Path      string   `json:"path,omitempty"`   // host path of the merged view, when running
 	Changes   int64    `json:"changes_bytes"`    // bytes in the upper directory
 	CreatedNs int64    `json:"created_ns"`
+	// Root describes an image-rooted workspace's root.
+	Root *WorkspaceRoot `json:"root,omitempty"`
 }
 
 // ValidateWorkspaceName checks a workspace name: 1-64 letters, digits, '.',
@@ -99,6 +115,8 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 	// Resolve the base first, so that a bad ref costs nothing on disk.
 	var base store.ID
 	var source, fromBranch string
+	var rootOpts *workspace.RootOptions
+	var rootTree store.ID
 	createBranch := true
 	if err := st.View(ctx, func(tx *store.Tx) error {
 		if _, err := tx.Workspace(name); err == nil {
@@ -133,9 +151,19 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 			return err
 		}
 		source = c.Source
-		return nil
+		rootOpts, rootTree, err = resolveRoot(tx, c, rootRequest{Root: opts.Root, At: opts.At, Scope: opts.Scope, Cwd: opts.Cwd, Env: opts.Env, RO: opts.RO, RW: opts.RW})
+		return err
 	}); err != nil {
 		return nil, err
+	}
+	var root *workspace.Root
+	if rootOpts != nil {
+		if root, err = r.ws.NewRoot(ctx, rootTree, *rootOpts); err != nil {
+			return nil, err
+		}
+		if err := workspace.CheckRootSubIDs(opts.SubIDs); err != nil {
+			return nil, err
+		}
 	}
 
 	// Lay out the state directory atomically, then materialize the
@@ -147,6 +175,7 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		Name: name, Branch: branch, Base: base, CreatedNs: time.Now().UnixNano(),
 		Backend: workspace.BackendOverlay, Tmpfs: opts.Tmpfs, SubIDs: opts.SubIDs, Source: source,
 		CreatedBranch: createBranch, Fork: base.String(), MountBase: base.String(), FromBranch: fromBranch,
+		Root: root,
 	}
 	undo, err := r.ws.Create(ctx, rec)
 	if err != nil {
@@ -170,6 +199,9 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 			if err := tx.AppendOp(store.Op{Kind: "branch-create", Ref: branch, New: base, Detail: "ws create " + name}); err != nil {
 				return err
 			}
+		}
+		if err := setRootRef(tx, name, rec); err != nil {
+			return err
 		}
 		if err := workspace.Save(tx, rec); err != nil {
 			return err
@@ -196,6 +228,7 @@ func (r *Repo) describe(rec *workspace.Record) *Workspace {
 	out := &Workspace{
 		Name: rec.Name, Branch: rec.Branch, Base: rec.Base, Dir: rec.Dir, Upper: rec.Upper,
 		Tmpfs: rec.Tmpfs, SubIDs: rec.SubIDs, Source: rec.Source, State: "stopped", CreatedNs: rec.CreatedNs,
+		Root: describeRoot(rec.Root),
 	}
 	if k := workspace.Running(rec.Dir); k != nil {
 		out.State, out.PID, out.Path = "running", k.PID, k.Path()
@@ -315,6 +348,9 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 	}
 	err = r.update(ctx, func(tx *store.Tx) error {
 		if err := tx.DeleteWorkspace(name); err != nil {
+			return err
+		}
+		if err := dropRootRef(tx, name); err != nil {
 			return err
 		}
 		if rec.CreatedBranch {

@@ -50,6 +50,13 @@ type Config struct {
 	DiffIDs []string `json:"diff_ids"`
 }
 
+// IsRoot reports whether the image is a root filesystem to run in: any
+// image but a pushed snapshot of a project (LabelCommit without
+// LabelRoot), whose pull is a project tree again.
+func (c *Config) IsRoot() bool {
+	return c.Labels[LabelCommit] == "" || c.Labels[LabelRoot] != ""
+}
+
 // ConfigFromMessage returns the Config an image commit's message holds,
 // nil if it is not an image commit.
 func ConfigFromMessage(msg string) (*Config, error) {

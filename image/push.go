@@ -39,6 +39,11 @@ import (
 const (
 	LabelCommit = "org.stratafs.commit"
 	LabelTree   = "org.stratafs.tree"
+	// LabelRoot marks a pushed snapshot that is an image's tree (a
+	// commit made on an imported image): a workspace forked from its
+	// pull is image-rooted. A snapshot of a project has LabelCommit and
+	// not this: its pull is a project, as it was pushed.
+	LabelRoot = "org.stratafs.root"
 	// AnnotationBaseDigest / AnnotationBaseName link a pushed snapshot
 	// to the image it is rooted in (image-spec annotations.md).
 	AnnotationBaseDigest = "org.opencontainers.image.base.digest"
@@ -280,6 +285,11 @@ func Push(ctx context.Context, s *store.Store, commit store.ID, dest string, opt
 		}
 	}
 	cf.Config.Labels[LabelCommit] = commit.String()
+	if base != nil && base.IsRoot() {
+		cf.Config.Labels[LabelRoot] = "image"
+	} else {
+		delete(cf.Config.Labels, LabelRoot)
+	}
 	cf.Config.Labels[LabelTree] = res.Tree.String()
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return nil, err

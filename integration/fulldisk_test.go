@@ -3,16 +3,23 @@
 package integration
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/internal/testutil"
+	"github.com/stratafs/strata/store"
 )
 
 // smallFS is a store on a small tmpfs of its own, so that a test can fill
@@ -150,7 +157,15 @@ func TestFullDisk(t *testing.T) {
 	for _, args := range [][]string{{"fsck"}, {"show", "main"}, {"log"}, {"ws", "list"}, {"diff", "main"}, {"branch", "list"}} {
 		h.ok(args...)
 	}
-	for _, args := range [][]string{{"commit", "w"}, {"import", src}, {"diff", "w"}} {
+	// A workspace's diff reads its upper directory and stores nothing
+	// (issue 19): it works on the full store, uncommitted changes and all.
+	if out := h.ok("diff", "w").stdout; !strings.Contains(out, "diff --git a/u b/u") || !strings.Contains(out, "+u\n") {
+		t.Errorf("diff w on a full store lacks the uncommitted u:\n%s", out)
+	}
+	if out := h.ok("diff", "--name-status", "w").stdout; !strings.Contains(out, "A\tu\n") {
+		t.Errorf("diff --name-status w on a full store:\n%s", out)
+	}
+	for _, args := range [][]string{{"commit", "w"}, {"import", src}} {
 		r := h.run(args...)
 		if r.code == 0 || !strings.Contains(r.stderr, "no space left on "+fs.dir) || !strings.Contains(r.stderr, "ws rm -f") {
 			t.Errorf("strata %s on a full store: want a failure naming %s and what to remove, got %s", strings.Join(args, " "), fs.dir, r)
@@ -168,4 +183,117 @@ func TestFullDisk(t *testing.T) {
 	h.ok("gc", "--prune", "0s")
 	fs.free()
 	h.fsckClean()
+}
+
+// TestHelperHoldStore is not a test of its own: TestFullDiskPendingWAL
+// runs the test binary with STRATA_TEST_HOLD_STORE=DIR as a process that
+// holds the store open (a read, so its connection keeps the WAL), says
+// "holding" and waits to be killed. Run without it, it does nothing.
+func TestHelperHoldStore(t *testing.T) {
+	dir := os.Getenv("STRATA_TEST_HOLD_STORE")
+	if dir == "" {
+		return
+	}
+	s, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.View(context.Background(), func(tx *store.Tx) error { _, err := tx.Ref("main"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("holding")
+	time.Sleep(10 * time.Minute)
+}
+
+// TestFullDiskPendingWAL pins issue 12's last full-disk item: a store whose
+// write-ahead log still holds transactions (a process that held the store
+// was killed before they were checkpointed) was refused by the read-only
+// open a full filesystem needs ("its write-ahead log holds transactions
+// not yet in strata.db"), once SQLite could not rebuild the WAL's index
+// (-shm) for lack of space — which is what an ordinary open does first:
+// it truncates -shm and grows it again, and on a full disk another writer
+// takes the freed pages (left: the truncated -shm), or -shm is gone.
+// Read-only commands must work, the WAL's commit included, writing
+// nothing; once space is freed, everything works and fsck is clean.
+func TestFullDiskPendingWAL(t *testing.T) {
+	for _, shm := range []string{"truncated", "absent", "intact"} {
+		t.Run(shm, func(t *testing.T) {
+			// Above the store's low-space mark (64 MiB), so that closes
+			// keep the WAL (store/wal.go) until the disk is filled.
+			fs := newSmallFS(t, "96m")
+			h := &home{t: t, dir: filepath.Join(fs.dir, "store")}
+			src := filepath.Join(t.TempDir(), "proj")
+			baseTree(t, src)
+			h.ok("import", src)
+			h.ok("ws", "create", "w")
+			defer h.run("ws", "rm", "--force", "w")
+			h.ok("exec", "w", "--", "sh", "-c", "echo committed > c")
+
+			holder := exec.Command(os.Args[0], "-test.run=^TestHelperHoldStore$")
+			holder.Env = append(os.Environ(), "STRATA_TEST_HOLD_STORE="+h.dir)
+			out, err := holder.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "holding\n" {
+				holder.Process.Kill()
+				t.Fatalf("the holder process said %q, %v", line, err)
+			}
+			var c struct {
+				Commit string `json:"commit"`
+			}
+			h.okJSON(&c, "commit", "w")
+			h.ok("exec", "w", "--", "sh", "-c", "echo uncommitted > u")
+			holder.Process.Signal(syscall.SIGKILL)
+			holder.Wait()
+			db := filepath.Join(h.dir, "strata.db")
+			if fi, err := os.Stat(db + "-wal"); err != nil || fi.Size() == 0 {
+				t.Fatalf("no pending WAL after the holder was killed: %v", err)
+			}
+			switch shm {
+			case "truncated":
+				if err := os.Truncate(db+"-shm", 3); err != nil {
+					t.Fatal(err)
+				}
+			case "absent":
+				if err := os.Remove(db + "-shm"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wal, _ := os.ReadFile(db + "-wal")
+			fs.fill(0)
+			if !fs.full() {
+				t.Fatalf("%s is not full after filling it", fs.dir)
+			}
+			if out := h.ok("log", "ws/w").stdout; !strings.Contains(out, c.Commit[:12]) {
+				t.Errorf("log of ws/w on the full store lacks the commit in the WAL %s:\n%s", c.Commit[:12], out)
+			}
+			for _, args := range [][]string{{"fsck"}, {"show", c.Commit}, {"ws", "list"}, {"branch", "list"}, {"diff", "main..ws/w"}} {
+				h.ok(args...)
+			}
+			if out := h.ok("diff", "--name-status", "w").stdout; out != "A\tu\n" {
+				t.Errorf("diff --name-status w on the full store: %q, want the uncommitted u", out)
+			}
+			// With its index intact SQLite opens the store as usual (it
+			// rebuilds the index in the pages it has) and may checkpoint
+			// the WAL on close; otherwise the store is open read-only and
+			// the WAL stays as it was.
+			if now, _ := os.ReadFile(db + "-wal"); shm != "intact" && !bytes.Equal(now, wal) {
+				t.Errorf("the read-only commands changed the WAL")
+			}
+			r := h.run("commit", "w")
+			if r.code == 0 || !strings.Contains(r.stderr, "no space left on") {
+				t.Errorf("commit on the full store: want a failure saying no space left, got %s", r)
+			}
+			fs.free()
+			h.ok("commit", "w")
+			if out := h.ok("log", "ws/w").stdout; !strings.Contains(out, c.Commit[:12]) {
+				t.Errorf("log of ws/w after freeing space lacks %s:\n%s", c.Commit[:12], out)
+			}
+			h.fsckClean()
+		})
+	}
 }

@@ -24,11 +24,13 @@ import (
 // "power" goes. Each trial arms a crash point (the Nth mutating operation
 // of the filesystem, chosen at random within the operation's measured
 // length, or past its end), runs one operation — import, commit (a run
-// committed to a branch), promote, gc — as a process, cuts the power,
-// kills the process, remounts, and checks: fsck is clean, every commit an
-// operation acknowledged (exit 0) is present, every branch is at the head
-// last acknowledged for it or, for the branch of the interrupted operation,
-// at the complete commit it was making.
+// committed to a branch), promote, gc, branch create/delete, ws create,
+// a workspace's commit, rebase (with and without conflict markers) — as a
+// process, cuts the power, kills the process, remounts, and checks: fsck
+// is clean, every commit an operation acknowledged (exit 0) is present,
+// every branch is at the head last acknowledged for it or, for the branch
+// of the interrupted operation, at the complete commit it was making, and
+// every workspace is consistent (checkWorkspaces, checkRebase).
 //
 // STRATA_POWERLOSS_TRIALS sets the number of trials (make powerloss: 320;
 // make test: a short run).
@@ -69,6 +71,18 @@ type plHarness struct {
 	wsRecovered int
 	// wsLeftDir counts those whose directory ws rm --force did not remove.
 	wsLeftDir int
+	// rebased: the acknowledged answer of this trial's rebase, or nil.
+	rebased *rebaseResult
+	// rebasedOnto: per workspace, the head of imp it was created from or
+	// last rebased onto (a rebase onto it again is up-to-date).
+	rebasedOnto map[string]string
+	// unc: per workspace, the uncommitted files written (durably) into
+	// its upper before a rebase, with their content; marked: those of
+	// them that conflict with the rebase's REF (markers expected).
+	unc, marked map[string]map[string]string
+	// rebases counts rebase trials by what the power cut left: the
+	// workspace as it was, or fully rebased.
+	rebaseOld, rebaseNew int
 }
 
 func (p *plHarness) mount() {
@@ -137,7 +151,10 @@ type plOp struct {
 	branch string
 	args   []string
 	from   string // branch create: the branch it starts at
-	ws     string // the workspace of wscreate and wscommit
+	ws     string // the workspace of wscreate, wscommit and rebase
+	// rebase: the workspace's base, upper and branch head before it, and
+	// the head of the REF it rebases onto.
+	oldBase, oldUpper, oldHead, onto string
 }
 
 func (p *plHarness) nextOp() plOp {
@@ -158,7 +175,9 @@ func (p *plHarness) nextOp() plOp {
 	if p.heads["main"] == "" {
 		return plOp{kind: "branch", branch: "main", from: "imp", args: []string{"--json", "branch", "create", "--from", "imp", "main"}}
 	}
-	switch k := p.rng.IntN(12); {
+	switch k := p.rng.IntN(15); {
+	case k >= 12:
+		return p.rebaseOp(imp)
 	case k >= 10:
 		// A workspace: created from imp, then edited (in its upper
 		// directory, as the agent's writes land there; fsynced, so the
@@ -179,6 +198,10 @@ func (p *plHarness) nextOp() plOp {
 		}
 		f.Close()
 		p.edit[w] = name
+		// The commit takes the uncommitted files of earlier rebase
+		// trials along: they are no longer followed.
+		delete(p.unc, w)
+		delete(p.marked, w)
 		return plOp{kind: "wscommit", branch: "ws/" + w, ws: w, args: []string{"--json", "commit", w, "-m", "trial " + strconv.Itoa(p.n)}}
 	case k < 3:
 		return imp()
@@ -206,6 +229,103 @@ func (p *plHarness) nextOp() plOp {
 		}
 		return plOp{kind: "gc", args: []string{"--json", "gc"}}
 	}
+}
+
+// writeUpper writes a file into a workspace's upper directory, as the
+// workspace's processes would, and fsyncs it: the edit itself survives
+// the power loss.
+func (p *plHarness) writeUpper(upper, name, content string) {
+	p.t.Helper()
+	f, err := os.Create(filepath.Join(upper, name))
+	if err != nil {
+		p.t.Fatalf("edit of %s: %v", upper, err)
+	}
+	if _, err := f.WriteString(content); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		p.t.Fatal(err)
+	}
+	f.Close()
+}
+
+type plWorkspace struct{ base, upper string }
+
+// wsList returns the registered workspaces.
+func (p *plHarness) wsList() (map[string]plWorkspace, string, bool) {
+	out, ok := p.strata("--json", "ws", "list")
+	if !ok {
+		return nil, out, false
+	}
+	listed := map[string]plWorkspace{}
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var w struct {
+			Name  string `json:"name"`
+			Base  string `json:"base"`
+			Upper string `json:"upper"`
+		}
+		if err := dec.Decode(&w); err != nil {
+			p.t.Fatalf("ws list: %v in %q", err, out)
+		}
+		listed[w.Name] = plWorkspace{w.Base, w.Upper}
+	}
+	return listed, out, true
+}
+
+// rebaseOp prepares a rebase of a workspace onto imp, which imports move:
+// a new uncommitted file written (durably) into its upper and, for a
+// rebase with --conflict=markers, an uncommitted edit of a file imp
+// changed since the workspace's base, which conflicts and gets markers.
+// The workspace's commits (files of their own names) never conflict.
+// A workspace not created yet is created first; one that has imp's head
+// already (a rebase would be up-to-date) gets an import to rebase onto.
+func (p *plHarness) rebaseOp(imp func() plOp) plOp {
+	w := fmt.Sprintf("ws%d", p.rng.IntN(2))
+	upper, ok := p.ws[w]
+	if !ok {
+		return plOp{kind: "wscreate", branch: "ws/" + w, from: "imp", ws: w, args: []string{"--json", "ws", "create", "--from", "imp", w}}
+	}
+	if p.rebasedOnto[w] == p.heads["imp"] {
+		return imp()
+	}
+	listed, out, ok := p.wsList()
+	if !ok {
+		p.t.Fatalf("ws list: %s", out)
+	}
+	base := listed[w].base
+	if p.unc[w] == nil {
+		p.unc[w], p.marked[w] = map[string]string{}, map[string]string{}
+	}
+	name := fmt.Sprintf("r%d.txt", p.n)
+	content := fmt.Sprintf("uncommitted %d\n%s", p.n, strings.Repeat("r", p.rng.IntN(50000)))
+	p.writeUpper(upper, name, content)
+	p.unc[w][name] = content
+	op := plOp{kind: "rebase", branch: "ws/" + w, ws: w, args: []string{"--json", "rebase", w, "imp"},
+		oldBase: base, oldUpper: upper, oldHead: p.heads["ws/"+w], onto: p.heads["imp"]}
+	if p.rng.IntN(2) == 0 {
+		op.kind, op.args = "rebase-markers", []string{"--json", "rebase", "--conflict=markers", w, "imp"}
+		changed, ok := p.strata("diff", "--name-status", base+"..imp")
+		if !ok {
+			p.t.Fatalf("diff %s..imp: %s", base, changed)
+		}
+		for _, l := range strings.Split(changed, "\n") {
+			if f, found := strings.CutPrefix(l, "M\t"); found && !strings.Contains(f, "/") && p.marked[w][f] == "" {
+				c := fmt.Sprintf("workspace edit %d of %s\n", p.n, f)
+				p.writeUpper(upper, f, c)
+				p.unc[w][f], p.marked[w][f] = c, c
+				break
+			}
+		}
+	}
+	return op
+}
+
+// rebaseResult is a rebase's --json answer.
+type rebaseResult struct {
+	Base    string   `json:"base"`
+	How     string   `json:"how"`
+	Markers []string `json:"markers"`
 }
 
 // trial runs one operation with a crash point, cuts the power and checks
@@ -244,9 +364,7 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 	p.l.CrashAt(at)
 	out, ok := p.strata(op.args...)
 	interrupted = p.l.Crashed()
-	if !interrupted {
-		p.opLen[op.kind] = p.l.Ops() - start
-	}
+	ran := p.l.Ops() - start
 	// An operation may succeed though the crash point fell inside it:
 	// SQLite's checkpoint after a durable commit, or cleanup of caches,
 	// may fail without undoing what was acknowledged. It is acknowledged
@@ -261,6 +379,7 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 	for k, v := range p.heads {
 		before[k] = v
 	}
+	p.rebased = nil
 	if ok {
 		// Acknowledged: what it says it made must survive.
 		switch op.kind {
@@ -285,6 +404,16 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 			}
 			p.ws[op.ws] = r.Upper
 			p.heads[op.branch] = r.Base
+			p.rebasedOnto[op.ws] = r.Base
+		case "rebase", "rebase-markers":
+			var r rebaseResult
+			if err := json.Unmarshal([]byte(firstLine(out)), &r); err != nil || r.Base == "" {
+				t.Fatalf("%v: no base in %q", op.args, out)
+			}
+			p.rebased = &r
+			if r.How == "rebased" {
+				p.heads[op.branch] = r.Base
+			}
 		case "branch":
 			if op.args[2] == "delete" {
 				delete(p.heads, op.branch)
@@ -292,6 +421,12 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 				p.heads[op.branch] = p.heads[op.from]
 			}
 		}
+	}
+	if !interrupted && ok && (p.rebased == nil || p.rebased.How == "rebased") {
+		// The length of a run that did the whole operation: a refused
+		// or up-to-date rebase stops early and would narrow later
+		// crash points.
+		p.opLen[op.kind] = ran
 	}
 	if _, err := p.l.PowerLoss(); err != nil {
 		t.Fatal(err)
@@ -334,6 +469,9 @@ func (p *plHarness) trial(op plOp) (interrupted, acked bool) {
 		case now == old:
 		case (op.kind == "branch" || op.kind == "wscreate") && op.from != "" && now == p.heads[op.from]:
 		case op.kind == "branch" && now == "": // the delete went through
+		case strings.HasPrefix(op.kind, "rebase") && now == op.onto:
+			// Rebased with no commits of its own to carry: the
+			// workspace's branch is at REF.
 		default:
 			if ps, okp := p.parents(now); !okp || (old != "" && !contains(ps, old) && op.kind != "promote") {
 				t.Errorf("trial %d (%s interrupted at %d of %d): branch %s moved from %q to %q, not a child of it", p.n, op.kind, at, n, op.branch, old, now)
@@ -379,6 +517,7 @@ func (p *plHarness) checkWorkspaces(op plOp, ok bool, branches map[string]string
 	if op.kind == "wscreate" && !ok {
 		if w, found := listed[op.ws]; found {
 			p.ws[op.ws] = w.upper // the creation went through
+			p.rebasedOnto[op.ws] = w.base
 		} else {
 			// Absent, as it may be; what the crash left of it (its
 			// directory, the branch) is cleared as ws create's refusal
@@ -435,6 +574,99 @@ func (p *plHarness) checkWorkspaces(op plOp, ok bool, branches map[string]string
 			}
 		}
 	}
+	if strings.HasPrefix(op.kind, "rebase") {
+		p.checkRebase(op, ok, plWorkspace{listed[op.ws].base, listed[op.ws].upper}, branches[op.branch])
+		// The conflicting edit is resolved by taking REF's version
+		// (its file leaves the upper), so that no commit of the
+		// workspace carries it into conflicts with later imports.
+		for f := range p.marked[op.ws] {
+			os.Remove(filepath.Join(listed[op.ws].upper, f))
+			delete(p.unc[op.ws], f)
+			delete(p.marked[op.ws], f)
+		}
+	}
+	// Uncommitted files of other workspaces are where they were.
+	for name, files := range p.unc {
+		if strings.HasPrefix(op.kind, "rebase") && name == op.ws {
+			continue
+		}
+		for f, c := range files {
+			if got, err := os.ReadFile(filepath.Join(listed[name].upper, f)); err != nil || string(got) != c {
+				t.Errorf("trial %d (%s): workspace %s's uncommitted %s: %d bytes (%v), want the %d written", p.n, op.kind, name, f, len(got), err, len(c))
+			}
+		}
+	}
+}
+
+// checkRebase checks what a power cut during a rebase left of the
+// workspace. Either all of it as it was: its base, its branch, its upper
+// with every uncommitted file exactly as written. Or all of it rebased:
+// a new base — REF, or a commit on REF (parents REF and the old base)
+// carrying its commits — that its branch points to, and a new upper
+// holding every uncommitted file, exactly, or with conflict markers
+// around the workspace's edit where it conflicted with REF. Never a mix
+// (a new base over the old upper would show REF's changes reverted; the
+// old base over the new upper would show them as the workspace's), nor a
+// lost or torn uncommitted file. An acknowledged rebase is complete, its
+// answer's base and markers as found. What an interrupted one leaves
+// besides (a half-written upper.*, the old upper after the switch) is
+// garbage for gc, not checked here.
+func (p *plHarness) checkRebase(op plOp, ok bool, w plWorkspace, head string) {
+	t := p.t
+	t.Helper()
+	read := func(f string) string {
+		b, err := os.ReadFile(filepath.Join(w.upper, f))
+		if err != nil {
+			t.Errorf("trial %d (%s): workspace %s's uncommitted %s: %v", p.n, op.kind, op.ws, f, err)
+		}
+		return string(b)
+	}
+	if w.upper == op.oldUpper {
+		p.rebaseOld++
+		if w.base != op.oldBase || head != op.oldHead {
+			t.Errorf("trial %d (%s): workspace %s kept its upper but its base moved %s → %s (branch %s → %s)", p.n, op.kind, op.ws, op.oldBase, w.base, op.oldHead, head)
+		}
+		if ok && p.rebased.How == "rebased" {
+			t.Errorf("trial %d (%s): the acknowledged rebase of %s onto %s is not there after the power loss", p.n, op.kind, op.ws, p.rebased.Base)
+		}
+		for f, c := range p.unc[op.ws] {
+			if got := read(f); got != c {
+				t.Errorf("trial %d (%s, not rebased): workspace %s's uncommitted %s is %d bytes, want the %d written", p.n, op.kind, op.ws, f, len(got), len(c))
+			}
+		}
+		return
+	}
+	p.rebaseNew++
+	p.ws[op.ws] = w.upper
+	p.rebasedOnto[op.ws] = op.onto
+	switch {
+	case w.base == op.oldBase:
+		t.Errorf("trial %d (%s): workspace %s has a new upper %s over its old base %s", p.n, op.kind, op.ws, w.upper, w.base)
+	case head != w.base:
+		t.Errorf("trial %d (%s): workspace %s rebased onto %s, its branch at %s", p.n, op.kind, op.ws, w.base, head)
+	case ok && w.base != p.rebased.Base:
+		t.Errorf("trial %d (%s): workspace %s at %s, the acknowledged rebase said %s", p.n, op.kind, op.ws, w.base, p.rebased.Base)
+	case w.base != op.onto:
+		if ps, okp := p.parents(w.base); !okp || len(ps) != 2 || ps[0] != op.onto || ps[1] != op.oldBase {
+			t.Errorf("trial %d (%s): workspace %s's new base %s has parents %v, want [%s %s]", p.n, op.kind, op.ws, w.base, ps, op.onto, op.oldBase)
+		}
+	}
+	for f, c := range p.unc[op.ws] {
+		got := read(f)
+		if p.marked[op.ws][f] == "" {
+			if got != c {
+				t.Errorf("trial %d (%s, rebased): workspace %s's uncommitted %s is %d bytes, want the %d written", p.n, op.kind, op.ws, f, len(got), len(c))
+			}
+			continue
+		}
+		marked := strings.HasPrefix(got, "<<<<<<< ") && strings.Contains(got, "\n=======\n") && strings.Contains(got, c) && strings.Contains(got, ">>>>>>> ")
+		if got != c && !marked {
+			t.Errorf("trial %d (%s, rebased): workspace %s's conflicting %s is neither its edit nor marked:\n%s", p.n, op.kind, op.ws, f, got)
+		}
+		if ok && contains(p.rebased.Markers, f) && !marked {
+			t.Errorf("trial %d (%s): the acknowledged rebase marked %s, which has no markers:\n%s", p.n, op.kind, f, got)
+		}
+	}
 }
 
 func firstLine(s string) string {
@@ -475,7 +707,8 @@ func TestPowerLoss(t *testing.T) {
 	p := &plHarness{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt"),
 		src: filepath.Join(dir, "src"), rng: rand.New(rand.NewPCG(seed, 18)),
 		acked: map[string]string{}, heads: map[string]string{}, opLen: map[string]int64{},
-		ws: map[string]string{}, edit: map[string]string{}}
+		ws: map[string]string{}, edit: map[string]string{},
+		unc: map[string]map[string]string{}, marked: map[string]map[string]string{}, rebasedOnto: map[string]string{}}
 	for _, d := range []string{p.backing, p.mnt, p.src} {
 		os.MkdirAll(d, 0o755)
 	}
@@ -523,6 +756,7 @@ func TestPowerLoss(t *testing.T) {
 		t.Errorf("%d of %d trials interrupted, %d acknowledged: too few to show anything", total[1], trials, total[2])
 	}
 	t.Logf("acknowledged though the crash point fell inside them (after their commit point): %d", p.lateCrash)
+	t.Logf("rebases: the power loss left the workspace as it was %d, fully rebased %d (uncommitted files exact or marked, base and branch together)", p.rebaseOld, p.rebaseNew)
 	t.Logf("workspaces checked after power losses %d (base present with its tree, diff works, the last committed edit in the base or the diff); base not at the branch head %d; interrupted creations that left none %d (%d left its directory, which ws rm --force did not remove)", p.wsChecks, p.wsBaseBehind, p.wsRecovered, p.wsLeftDir)
 	t.Logf("total    trials %4d  crashed mid-operation %4d  acknowledged %4d; acknowledged commits present %d (and %d unreachable ones left to gc --prune 0s); fsck clean after every power loss",
 		total[0], total[1], total[2], len(p.acked), p.collected)

@@ -45,7 +45,9 @@ func (s *Server) addTools() {
 	destructive := &sdk.ToolAnnotations{DestructiveHint: boolp(true)}
 	safe := &sdk.ToolAnnotations{DestructiveHint: boolp(false)}
 	sdk.AddTool(s.srv, &sdk.Tool{Name: "workspace_create", Annotations: safe,
-		Description: "Create a workspace: an isolated, writable copy of a branch or commit (default main). Costs milliseconds and no copying."}, s.toolCreate)
+		Description: "Create a workspace: an isolated, writable copy of a branch or commit (default main). Costs milliseconds and no copying. " +
+			"From a container image imported into the store, commands run in the image (its / and environment, the project at its working directory); " +
+			"root and at put a project branch at a path inside an image instead."}, s.toolCreate)
 	sdk.AddTool(s.srv, &sdk.Tool{Name: "workspace_list", Annotations: ro,
 		Description: "List the workspaces of this store with their branch, state and size of uncommitted changes."}, s.toolList)
 	sdk.AddTool(s.srv, &sdk.Tool{Name: "workspace_remove", Annotations: destructive,
@@ -89,6 +91,8 @@ type createIn struct {
 	Name  string `json:"name" jsonschema:"the new workspace's name"`
 	From  string `json:"from,omitempty" jsonschema:"the branch or commit to copy (default main)"`
 	Tmpfs bool   `json:"tmpfs,omitempty" jsonschema:"keep its changes in memory (fast, lost at reboot)"`
+	Root  string `json:"root,omitempty" jsonschema:"an imported container image (branch or commit): from's tree is mounted at 'at' inside it"`
+	At    string `json:"at,omitempty" jsonschema:"with root: the absolute path inside the image where the project appears, e.g. /testbed"`
 }
 
 // workspaceOut is a workspace as tools report it.
@@ -107,7 +111,7 @@ func wsOut(w *strata.Workspace) workspaceOut {
 }
 
 func (s *Server) toolCreate(ctx context.Context, _ *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, workspaceOut, error) {
-	w, err := s.repo.CreateWorkspace(ctx, in.Name, strata.WorkspaceOptions{From: in.From, Tmpfs: in.Tmpfs})
+	w, err := s.repo.CreateWorkspace(ctx, in.Name, strata.WorkspaceOptions{From: in.From, Tmpfs: in.Tmpfs, Root: in.Root, At: in.At})
 	if err != nil {
 		return nil, workspaceOut{}, toolError(err)
 	}
@@ -532,10 +536,11 @@ func (s *Server) diff(ctx context.Context, name string, limit int) (*diffOut, er
 	if _, err := s.repo.WorkspaceInfo(ctx, name); err != nil {
 		return nil, err
 	}
-	_, changes, err := s.repo.Diff(ctx, name)
+	spec, changes, err := s.repo.Diff(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	defer spec.Release() // the server's Repo lives on: drop the view's objects
 	var buf bytes.Buffer
 	if err := s.repo.WritePatch(ctx, &buf, changes); err != nil {
 		return nil, err

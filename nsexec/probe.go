@@ -123,29 +123,22 @@ func allCaps() []uintptr {
 	return caps
 }
 
-// userNSError explains a failure to create a user namespace: which sysctl
-// or policy refuses it.
+// userNSError explains a failure to create a user namespace: which sysctl,
+// policy or kernel refuses it, and the fix (DiagnoseUserNS).
 func userNSError(err error) error {
-	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EACCES) {
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EINVAL) &&
+		!errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EUSERS) {
 		return err
 	}
-	return fmt.Errorf("%w: %v (%s)", ErrNoUserNS, err, UserNSHint())
+	return fmt.Errorf("%w: %v (%s)", ErrNoUserNS, err, UserNSHint(err))
 }
 
-// UserNSHint names the setting that most likely refuses user namespaces on
-// this machine, or "" when none is visible.
-func UserNSHint() string {
-	read := func(p string) string {
-		b, _ := os.ReadFile(p)
-		return strings.TrimSpace(string(b))
-	}
-	switch {
-	case read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
-		return "sysctl kernel.unprivileged_userns_clone=0; enable with `sysctl -w kernel.unprivileged_userns_clone=1`"
-	case read("/proc/sys/user/max_user_namespaces") == "0":
-		return "sysctl user.max_user_namespaces=0; raise it with `sysctl -w user.max_user_namespaces=15000`"
-	case read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
-		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); allow strata with an AppArmor profile granting `userns,` or set the sysctl to 0"
-	}
-	return "user namespaces may be disabled in the kernel (CONFIG_USER_NS) or by a container runtime's seccomp policy"
+// UserNSHint explains err, the failure to create a user namespace, from
+// what the kernel says (ReadUserNSFacts, without probing again): the
+// cause, the first fix, and a pointer to `strata doctor`, which probes.
+func UserNSHint(err error) string {
+	p := ReadUserNSFacts("/")
+	p.Unshare, p.MapIDs, p.Mount = errnoName(err), "-", "-"
+	d := DiagnoseUserNS(p)
+	return d.Detail + "; fix: " + d.Fix[0] + "; `strata doctor` says more"
 }

@@ -218,6 +218,30 @@ func nestedRootMaps() (*IDMaps, error) {
 	return &m, nil
 }
 
+// RootIDMaps returns how the ids of an image root map to this process's
+// ids (Inner: the image's id, Host: this process's), as a child started
+// with an image root would map them: nil as real root (the same ids);
+// rootless, 0 to the caller's uid and gid alone, or — with subIDs, from
+// the subordinate-id namespace (EnterSubIDs) — nestedRootMaps' maps, so
+// that the image's uid 1000 is the namespace's id its files must be
+// owned by. The workspace layer writes a rootless image's layers with
+// these owners and reads its uppers' owners back through them.
+func RootIDMaps(subIDs bool) (*IDMaps, error) {
+	if RealRoot() {
+		return nil, nil
+	}
+	if subIDs {
+		if !inSubIDNS {
+			return nil, fmt.Errorf("nsexec: image root with subordinate ids: %w", ErrNeedSubIDNS)
+		}
+		return nestedRootMaps()
+	}
+	return &IDMaps{
+		UIDs: []IDRange{{Inner: 0, Host: uint32(os.Getuid()), Size: 1}},
+		GIDs: []IDRange{{Inner: 0, Host: uint32(os.Getgid()), Size: 1}},
+	}, nil
+}
+
 // parseIDMap reads /proc/PID/uid_map's lines "INNER OUTER SIZE" as ranges
 // of this namespace's ids (Host: INNER, which is what a child's map
 // names).

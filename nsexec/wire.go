@@ -675,6 +675,7 @@ var sentinels = map[string]error{
 	"options_too_long":   overlayfs.ErrOptionsTooLong,
 	"landlock_unsupport": landlock.ErrUnsupported,
 	"no_userns":          ErrNoUserNS,
+	"no_sandbox":         ErrNoSandbox,
 	"sandbox_policy":     errPolicy,
 }
 

@@ -5,8 +5,8 @@
 # /tmp/strata-bench/results.md). Method and latest results: docs/bench.md.
 #
 #   BENCH_QUICK=1        small N: a smoke run of a few minutes
-#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp deltas push floor
-#                        (or issues: workspaces commit sandbox runs view mcp store share hotpath)
+#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp deltas push floor images
+#                        (or issues: workspaces commit sandbox runs view mcp store share hotpath environments)
 #   BENCH_OUT=FILE       results file
 #   BENCH_DOC=FILE       also replace the results section of FILE (docs/bench.md)
 #   BENCH_USER=NAME      the rootless user (default strata-test, else nobody)
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 missing=()
-for t in git fuse-overlayfs restic zstd skopeo docker-registry; do
+for t in git fuse-overlayfs restic zstd skopeo docker-registry podman runc; do
   command -v "$t" >/dev/null || missing+=("$t")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -34,6 +34,14 @@ chmod 755 "$tmp"
 $GO build -trimpath -o "$tmp/bench" ./integration/bench
 cp bin/strata bin/strata-core bin/strata-init bin/strata-mcp "$tmp/"
 chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-core" "$tmp/strata-init" "$tmp/strata-mcp"
+# The images scenario runs examples/swebench (with the Python SDK beside
+# it) as the rootless user too: a copy it can read.
+mkdir -p "$tmp/src/examples" "$tmp/src/python"
+cp -r examples/swebench "$tmp/src/examples/" && cp -r python/src "$tmp/src/python/"
+find "$tmp/src" -name __pycache__ -prune -exec rm -rf {} +
+chmod -R a+rX "$tmp/src"
+export BENCH_SRC="$tmp/src"
+export STRATA_IMAGES=${STRATA_IMAGES:-${STRATA_CACHE:-/var/tmp/strata-cache}/images}
 # The baseline for the view scenario: the same build of an earlier
 # revision (git archive: no worktree is registered), beside its strata-init.
 base_rev=${BENCH_BASE_REV:-}

@@ -27,6 +27,12 @@ done
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v umoci >/dev/null || need+=(umoci)
+# The reflink and copy backends' tests make a real XFS and Btrfs on loop
+# devices (scripts/integration.sh); the no-user-namespace tests deny them
+# inside Debian's bubblewrap (bwrap --disable-userns).
+command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
+command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
+command -v bwrap >/dev/null || need+=(bubblewrap)
 # skopeo inspects what strata push wrote (integration/push_test.go).
 command -v skopeo >/dev/null || need+=(skopeo)
 # podman runs what strata push wrote, as root and rootless

@@ -24,6 +24,13 @@ cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-core" "${STRAT
 # strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
 if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
 chmod 755 "$tmp/integration.test" "$tmp/strata" "$tmp/strata-core"
+# What the SWE-bench test runs besides strata: the example harness, the
+# Python SDK it imports, the image push script.
+mkdir -p "$tmp/src/examples" "$tmp/src/python" "$tmp/src/scripts"
+cp -r examples/swebench "$tmp/src/examples/" && cp -r python/src "$tmp/src/python/" && cp scripts/images.sh "$tmp/src/scripts/"
+find "$tmp/src" -name __pycache__ -prune -exec rm -rf {} +
+chmod -R a+rX "$tmp/src"
+export STRATA_SRC="$tmp/src"
 export STRATA_BIN="$tmp/strata"
 export GOTRACEBACK=all
 # The container images of the image tests (make images builds them).
@@ -42,7 +49,33 @@ pass() { # pass LABEL CMD...
 # Both passes run even when the first fails, so that one run shows every
 # failure; the script fails if either did.
 failed=0
+# Reflink filesystems (internal/testutil/loopfs.go): a real XFS and a real
+# Btrfs on loop devices, made here as root because the rootless pass cannot
+# mount; each has a directory the test user owns, named to both passes in
+# STRATA_TEST_XFS / STRATA_TEST_BTRFS, and all is unmounted at exit.
+loopfs=""
+loopfs_setup() {
+  local uid=$1 gid=$2 t mkfs
+  loopfs=$(mktemp -d /var/tmp/strata-it-loopfs.XXXXXX)
+  chmod 755 "$loopfs"
+  for t in xfs btrfs; do
+    mkfs=(mkfs.xfs -q -m reflink=1); [ $t = btrfs ] && mkfs=(mkfs.btrfs -q)
+    if ! command -v "${mkfs[0]}" >/dev/null; then echo "== no ${mkfs[0]}: the $t tests skip (make deps installs it)"; continue; fi
+    truncate -s 4G "$loopfs/$t.img" && "${mkfs[@]}" "$loopfs/$t.img" >/dev/null && mkdir "$loopfs/$t" &&
+      mount -o loop "$loopfs/$t.img" "$loopfs/$t" && mkdir "$loopfs/$t/tests" &&
+      chown "$uid:$gid" "$loopfs/$t/tests" || { echo "== cannot make the $t filesystem"; continue; }
+    if [ $t = xfs ]; then export STRATA_TEST_XFS=$loopfs/xfs/tests; else export STRATA_TEST_BTRFS=$loopfs/btrfs/tests; fi
+  done
+}
+loopfs_teardown() {
+  [ -n "$loopfs" ] || return 0
+  local t
+  for t in xfs btrfs; do mountpoint -q "$loopfs/$t" && { umount "$loopfs/$t" || umount -l "$loopfs/$t"; }; done
+  rm -rf "$loopfs"
+}
 if [ "$(id -u)" -eq 0 ]; then
+  loopfs_setup "$(id -u "$user")" "$(id -g "$user")"
+  trap 'rm -rf "$tmp"; loopfs_teardown' EXIT
   cover=${GOCOVERDIR:-}
   if [ -n "$cover" ]; then mkdir -p "$cover/root"; export GOCOVERDIR=$cover/root; fi
   (cd "$tmp" && pass root ./integration.test) || failed=1
@@ -68,7 +101,7 @@ if [ "$(id -u)" -eq 0 ]; then
     rundir="/run/user/$uid"
     mkdir -p "$rundir" && chown "$uid:$gid" "$rundir" && chmod 700 "$rundir"
   fi
-  trap 'rm -rf "$tmp" "$home" ${rundir:+"$rundir"}' EXIT
+  trap 'rm -rf "$tmp" "$home" ${rundir:+"$rundir"}; loopfs_teardown' EXIT
   (cd "$home" && pass "rootless, as $user" setpriv --reuid="$uid" --regid="$gid" --init-groups \
      env HOME="$home" TMPDIR="$home" XDG_DATA_HOME="$home/.local/share" XDG_CACHE_HOME="$home/.cache" \
      "$tmp/integration.test") || failed=1

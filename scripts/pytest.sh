@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the Python SDK's tests (python/tests) against the real strata binary,
 # rootless: as STRATA_TEST_USER when called as root (make test), else as
-# yourself. Debian's python3-pytest (make deps) runs them.
+# yourself; and the SWE-bench example's unit tests (examples/swebench/tests:
+# grading and job building, no strata needed). Debian's python3-pytest
+# (make deps) runs them.
 #
 #   STRATA_TEST_USER   the unprivileged user (as root)
 #   STRATA_BIN_DIR     the strata, strata-core and strata-init to test (default bin/)
@@ -16,6 +18,8 @@ if ! "$py" -c 'import pytest' 2>/dev/null; then
   fi
   echo "== python tests: skipped: $py has no pytest (Debian: python3-pytest; make deps)"; exit 0
 fi
+# The container images of the image test (make images builds them).
+export STRATA_IMAGES=${STRATA_IMAGES:-${STRATA_CACHE:-/var/tmp/strata-cache}/images}
 # Copies where an unprivileged user can read and run them: the checkout may
 # sit under a home directory only its owner can enter.
 tmp=$(mktemp -d /var/tmp/strata-py.XXXXXX)
@@ -25,10 +29,12 @@ cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-core" "${STRAT
 if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
 mkdir "$tmp/python"
 cp -r python/pyproject.toml python/README.md python/_build python/src python/tests "$tmp/python/"
+mkdir -p "$tmp/examples"
+cp -r examples/swebench "$tmp/examples/"
 find "$tmp/python" -name __pycache__ -prune -exec rm -rf {} +
 chmod -R a+rX "$tmp"
 run() {
-  STRATA_BIN="$tmp/strata" "$py" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$tmp/python/tests"
+  STRATA_BIN="$tmp/strata" "$py" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$tmp/python/tests" "$tmp/examples/swebench/tests"
 }
 echo "== python tests (rootless)"
 if [ "$(id -u)" -eq 0 ]; then
@@ -38,7 +44,7 @@ if [ "$(id -u)" -eq 0 ]; then
   trap 'rm -rf "$tmp" "$home"' EXIT
   (cd "$home" && setpriv --reuid="$uid" --regid="$gid" --init-groups \
      env HOME="$home" TMPDIR="$home" XDG_DATA_HOME="$home/.local/share" XDG_CACHE_HOME="$home/.cache" \
-     STRATA_BIN="$tmp/strata" "$py" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$tmp/python/tests")
+     STRATA_BIN="$tmp/strata" "$py" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "$tmp/python/tests" "$tmp/examples/swebench/tests")
 else
   run
 fi

@@ -112,6 +112,11 @@ type ApplyOptions struct {
 	// upper directory (the base stays where the upper was mounted): a
 	// changed file's version there is its delta base.
 	Previous store.ID
+	// Owners, if set, maps the owner an upper entry has on disk to the
+	// one recorded: an image root's upper holds the caller's ids where
+	// the image sees root (and, with subordinate ids, their namespace's
+	// ids where it sees its users).
+	Owners func(uid, gid uint32) (uint32, uint32)
 }
 
 // ApplyResult describes a finished ApplyUpper.
@@ -154,8 +159,35 @@ type ApplyResult struct {
 // Every name is validated (store.ValidateName); upper entries are read
 // relative to the upper directory without following symlinks, and an
 // entry that cannot be read fails with an error naming it.
+//
+// With a scratch Writer (store.Store.NewScratchWriter: a diff, which must
+// not write the store) the stat cache is read but not saved, and every
+// file read is named to the Writer as its content's source.
 func ApplyUpper(ctx context.Context, s *store.Store, w *store.Writer, base store.ID, changes []UpperChange, opts ApplyOptions) (*ApplyResult, error) {
-	return applyUpper(ctx, storeReader{s}, w, s, base, changes, opts, applyConfig{})
+	var ss statCacheStore = s
+	if w.Scratch() {
+		ss = loadOnlyStatCache{s}
+	}
+	return applyUpper(ctx, storeReader{s}, w, ss, base, changes, opts, applyConfig{})
+}
+
+// loadOnlyStatCache reads a store's stat caches and saves nothing: the
+// content ids a scratch Writer computed are not in the store.
+type loadOnlyStatCache struct{ s *store.Store }
+
+func (c loadOnlyStatCache) LoadStatCache(ctx context.Context, root string) (map[string]store.StatEntry, error) {
+	return c.s.LoadStatCache(ctx, root)
+}
+
+func (loadOnlyStatCache) SaveStatCache(context.Context, string, map[string]store.StatEntry, int64) error {
+	return nil
+}
+
+// sourceNoter is the part of a scratch store.Writer that learns which
+// file a content was read from, to read it again rather than keep it in
+// memory.
+type sourceNoter interface {
+	NoteSource(id store.ID, path string)
 }
 
 // applyConfig holds knobs that tests turn; the zero value is production.
@@ -168,6 +200,7 @@ type applyConfig struct {
 // upFile is a regular file of the upper directory that becomes an entry.
 type upFile struct {
 	path  string // relative to the root
+	src   string // the upper file's path, as the change gave it
 	e     *store.TreeEntry
 	st    unix.Stat_t
 	open  func(flags int) (int, error) // opens the file, not following symlinks
@@ -441,7 +474,7 @@ func (a *applyUpperState) apply(c *UpperChange) error {
 	if e.Type == store.TypeDir {
 		return a.applyDir(c, parent, name, old, e)
 	}
-	f := &upFile{path: c.Path, e: e, st: *st, open: open}
+	f := &upFile{path: c.Path, src: c.UpperPath, e: e, st: *st, open: open}
 	if old != nil && old.Type == store.TypeFile {
 		f.prev = old.Content // its previous version: a delta base
 	}
@@ -754,6 +787,9 @@ func (a *applyUpperState) upperEntry(c *UpperChange, name string) (*store.TreeEn
 	e := &store.TreeEntry{
 		Name: name, Type: entryType(st.Mode), Mode: st.Mode & 0o7777,
 		UID: st.Uid, GID: st.Gid, MtimeNs: timespecNs(st.Mtim),
+	}
+	if a.opts.Owners != nil {
+		e.UID, e.GID = a.opts.Owners(e.UID, e.GID)
 	}
 	switch e.Type {
 	case store.TypeSocket:
@@ -1182,10 +1218,16 @@ func (a *applyUpperState) readOnce(f *upFile, buf *[]byte) (bool, error) {
 	if err := unix.Fstat(fd, &after); err != nil {
 		return false, &fs.PathError{Op: "fstat", Path: f.path, Err: err}
 	}
+	if ns, ok := a.w.(sourceNoter); ok {
+		ns.NoteSource(id, f.src)
+	}
 	f.st = after
 	e := f.e
 	e.Content, e.Size = id, size
 	e.Mode, e.UID, e.GID, e.MtimeNs = after.Mode&0o7777, after.Uid, after.Gid, timespecNs(after.Mtim)
+	if a.opts.Owners != nil {
+		e.UID, e.GID = a.opts.Owners(e.UID, e.GID)
+	}
 	e.Xattrs = a.dropOverlayXattrs(f.path, xs)
 	return size == after.Size && before.Size == after.Size &&
 		before.Mtim == after.Mtim && before.Ctim == after.Ctim, nil

@@ -38,6 +38,13 @@
 //   - layer stack: a commit's layers, topmost first, down to a full
 //     layer: the lowerdirs of its workspaces. LayerCache builds and
 //     evicts them.
+//   - clone: a commit's full tree written as a plain directory (a
+//     workspace of the reflink or copy backend) whose files are FICLONEs
+//     (or copies) of the files its layer stack shows (Clone).
+//   - stat index: for every entry of such a directory, the stat it had
+//     when the directory was known to hold a given tree; ScanWorkspace
+//     compares the directory with it to find what changed, reading no
+//     file (WriteIndex, ReadIndex, ScanWorkspace).
 //
 // See docs/snapshot.md for what is recorded and skipped, how the stat cache
 // decides, and measured figures.

@@ -58,6 +58,12 @@ type LayerOptions struct {
 	// everything is owned by the caller, which rootless mounts need:
 	// a user namespace cannot copy up files of unmapped owners.
 	Chown bool
+	// Owners, with Chown, writes each recorded owner as another: an
+	// image's ids as the subordinate-id namespace of a rootless image
+	// root holds them (its uid 1000 is a subordinate id of the caller
+	// on disk). Such layers are a flavour of their own: they live in
+	// <Flavour>-<Owners.Key>/ of a LayerCache.
+	Owners *OwnerMap
 	// Warn, if set, receives one call per entry not written as recorded;
 	// path is relative to the layer. Calls are serialized.
 	Warn func(path, msg string)
@@ -66,11 +72,53 @@ type LayerOptions struct {
 	Progress func(Progress)
 }
 
+// OwnerMap maps recorded owners to the owners written (LayerOptions).
+type OwnerMap struct {
+	// Key names the map (a hash of it): layers written with it live in
+	// the cache directory <flavour>-<Key>.
+	Key string
+	Map func(uid, gid uint32) (uint32, uint32)
+}
+
+// cacheDir is the directory of a LayerCache these options' layers live
+// in: the flavour's, or the flavour's with an owner map's key.
+func (o *LayerOptions) cacheDir() string {
+	if o.Owners != nil {
+		return o.Flavour + "-" + o.Owners.Key
+	}
+	return o.Flavour
+}
+
+// isFlavourDir reports whether name is a flavour directory of a
+// LayerCache: a flavour, or a flavour with an owner map's key.
+func isFlavourDir(name string) bool {
+	if name == FlavourUser || name == FlavourTrusted {
+		return true
+	}
+	f, key, ok := strings.Cut(name, "-")
+	return ok && (f == FlavourUser || f == FlavourTrusted) && validOwnerKey(key)
+}
+
+func validOwnerKey(k string) bool {
+	if k == "" || len(k) > 64 {
+		return false
+	}
+	for _, c := range k {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 func (o *LayerOptions) check() error {
 	switch o.Flavour {
 	case FlavourUser, FlavourTrusted:
 	default:
 		return fmt.Errorf("layer flavour %q: want %q or %q", o.Flavour, FlavourUser, FlavourTrusted)
+	}
+	if o.Owners != nil && (!o.Chown || o.Owners.Map == nil || !validOwnerKey(o.Owners.Key)) {
+		return fmt.Errorf("layer owner map %q: needs Chown, a map and a key of [a-z0-9]", o.Owners.Key)
 	}
 	if o.MaxDepth == 0 {
 		o.MaxDepth = DefaultMaxDepth
@@ -441,7 +489,12 @@ func writeLayer(ctx context.Context, r objectReader, parent, tree store.ID, fina
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return &fs.PathError{Op: "flock", Path: tmp, Err: err}
 	}
-	m := newMaterializer(r, MaterializeOptions{Chown: opts.Chown, Warn: opts.Warn, Progress: opts.Progress}, cfg, fd)
+	mo := MaterializeOptions{Chown: opts.Chown, Warn: opts.Warn, Progress: opts.Progress}
+	if opts.Owners != nil {
+		mo.Owners = opts.Owners.Map
+	}
+	m := newMaterializer(r, mo, cfg, fd)
+	m.fsync = syncfsNotDurable(fd)
 	m.layer = &layerSpec{
 		prefix:    opts.Flavour + ".",
 		opaque:    map[string]bool{},
@@ -467,7 +520,8 @@ func writeLayer(ctx context.Context, r objectReader, parent, tree store.ID, fina
 	}
 	// A layer under its final name must be complete even after a power
 	// loss: a torn one would show wrong content in every workspace
-	// stacked on it, and nothing would notice.
+	// stacked on it, and nothing would notice. (On FUSE each file was
+	// fsynced as it was written: syncfsNotDurable.)
 	if err := unix.Syncfs(fd); err != nil {
 		return &fs.PathError{Op: "syncfs", Path: tmp, Err: err}
 	}
@@ -478,6 +532,20 @@ func writeLayer(ctx context.Context, r objectReader, parent, tree store.ID, fina
 		return &fs.PathError{Op: "rename", Path: final, Err: err}
 	}
 	return nil
+}
+
+// fuseSuperMagic is FUSE's f_type (Linux: include/uapi/linux/magic.h).
+const fuseSuperMagic = 0x65735546
+
+// syncfsNotDurable reports whether syncfs of the filesystem holding fd
+// leaves file data not durable: on FUSE, syncfs writes dirty pages back to
+// the server but asks it for nothing (the kernel sends FUSE_SYNCFS only
+// to virtiofs), so the server may still hold them in its cache — only
+// fsync of each file reaches it (FUSE_FSYNC). A store on sshfs, a
+// network filesystem's FUSE client, or the power-loss tests' lazyfs.
+func syncfsNotDurable(fd int) bool {
+	var st unix.Statfs_t
+	return unix.Fstatfs(fd, &st) == nil && st.Type == fuseSuperMagic
 }
 
 // WriteDelta writes the layer that turns parentTree into tree, for the

@@ -148,7 +148,7 @@ func (c *LayerCache) Stack(ctx context.Context, s *store.Store, commit store.ID,
 	var refs []layerRef
 	err := s.View(ctx, func(tx *store.Tx) error {
 		var err error
-		refs, err = c.plan(tx, opts.Flavour, commit, opts.MaxDepth)
+		refs, err = c.plan(tx, opts.cacheDir(), commit, opts.MaxDepth)
 		return err
 	})
 	if err != nil {
@@ -156,7 +156,7 @@ func (c *LayerCache) Stack(ctx context.Context, s *store.Store, commit store.ID,
 	}
 	paths := make([]string, len(refs))
 	for i, r := range refs {
-		paths[i] = c.path(opts.Flavour, r.commit, r.full)
+		paths[i] = c.path(opts.cacheDir(), r.commit, r.full)
 		if err := c.ensure(ctx, s, r, paths[i], opts); err != nil {
 			return nil, fmt.Errorf("layer stack of %s: %w", commit.Short(), err)
 		}
@@ -190,7 +190,7 @@ func (c *LayerCache) Layer(ctx context.Context, s *store.Store, commit store.ID,
 	if err != nil {
 		return "", err
 	}
-	p := c.path(opts.Flavour, commit, false)
+	p := c.path(opts.cacheDir(), commit, false)
 	return p, c.ensure(ctx, s, r, p, opts)
 }
 
@@ -254,6 +254,10 @@ type EvictOptions struct {
 	// recently (by ctime: when a layer was renamed into place): a layer
 	// that Stack just built for a workspace that is not yet registered.
 	OlderThan time.Duration
+	// RemoveAll, if set, removes what Evict's own removal leaves of a
+	// layer: an owner-mapped layer's files of subordinate ids (see
+	// LayerOptions.Owners), which only their namespace may remove.
+	RemoveAll func(path string) error
 }
 
 // EvictResult says what Evict removed.
@@ -309,10 +313,10 @@ func (c *LayerCache) Evict(ctx context.Context, s *store.Store, opts EvictOption
 	}
 	now := time.Now()
 	for _, f := range flavours {
-		if !f.IsDir() || (f.Name() != FlavourUser && f.Name() != FlavourTrusted) {
+		if !f.IsDir() || !isFlavourDir(f.Name()) {
 			continue
 		}
-		if err := c.evictFlavour(ctx, f.Name(), keep, now.Add(-opts.OlderThan), res); err != nil {
+		if err := c.evictFlavour(ctx, f.Name(), keep, now.Add(-opts.OlderThan), res, opts.RemoveAll); err != nil {
 			return res, fmt.Errorf("evict layers: %w", err)
 		}
 	}
@@ -320,7 +324,7 @@ func (c *LayerCache) Evict(ctx context.Context, s *store.Store, opts EvictOption
 	return res, nil
 }
 
-func (c *LayerCache) evictFlavour(ctx context.Context, flavour string, keep map[store.ID]bool, before time.Time, res *EvictResult) error {
+func (c *LayerCache) evictFlavour(ctx context.Context, flavour string, keep map[store.ID]bool, before time.Time, res *EvictResult, removeAll func(string) error) error {
 	dir := filepath.Join(c.dir, flavour)
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -342,7 +346,7 @@ func (c *LayerCache) evictFlavour(ctx context.Context, flavour string, keep map[
 		old := !time.Unix(st.Ctim.Sec, st.Ctim.Nsec).After(before)
 		if strings.HasPrefix(name, tmpPrefix) {
 			if old {
-				if n, ok := removeLocked(dfd, name); ok {
+				if n, ok := removeLockedOr(dfd, dir, name, removeAll); ok {
 					res.Removed = append(res.Removed, flavour+"/"+name)
 					res.Bytes += n
 				}
@@ -366,11 +370,34 @@ func (c *LayerCache) evictFlavour(ctx context.Context, flavour string, keep map[
 			}
 			return &fs.PathError{Op: "rename", Path: filepath.Join(dir, name), Err: err}
 		}
-		n, _ := removeLocked(dfd, gone)
+		n, _ := removeLockedOr(dfd, dir, gone, removeAll)
 		res.Removed = append(res.Removed, flavour+"/"+name)
 		res.Bytes += n
 	}
 	return nil
+}
+
+// removeLockedOr is removeLocked, and, for what that leaves (files of
+// subordinate ids in an owner-mapped flavour, which the caller may not
+// remove outside their namespace), removeAll when set.
+func removeLockedOr(dfd int, dir, name string, removeAll func(string) error) (int64, bool) {
+	n, ok := removeLocked(dfd, name)
+	if ok || removeAll == nil {
+		return n, ok
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return n, true
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return n, false
+	}
+	defer unix.Close(fd)
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return n, false // a live writer
+	}
+	return n, removeAll(filepath.Join(dir, name)) == nil
 }
 
 // removeLocked removes the directory name in dfd if it can take its lock
@@ -440,7 +467,7 @@ func (c *LayerCache) Verify(ctx context.Context, s *store.Store) ([]LayerProblem
 	var layers []layer
 	for _, f := range top {
 		name := f.Name()
-		if (name != FlavourUser && name != FlavourTrusted) || f.Type() != fs.ModeDir {
+		if !isFlavourDir(name) || f.Type() != fs.ModeDir {
 			add(name, LayerBadEntry, "not a flavour directory (%q or %q)", FlavourUser, FlavourTrusted)
 			continue
 		}

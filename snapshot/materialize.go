@@ -23,6 +23,9 @@ type MaterializeOptions struct {
 	// Chown applies the recorded uid/gid (needs privilege). Otherwise
 	// everything is owned by the caller.
 	Chown bool
+	// Owners, with Chown, maps a recorded owner to the one written: an
+	// image's ids as a subordinate-id namespace holds them (LayerOptions).
+	Owners func(uid, gid uint32) (uint32, uint32)
 	// Warn, if set, receives one call per entry not written as recorded.
 	// path is relative to the target. Calls are serialized.
 	Warn func(path, msg string)
@@ -72,6 +75,13 @@ type materializer struct {
 	// layer, when set, makes the writer produce an overlay layer (see
 	// layer.go): whiteouts, opaque directories, no overlay xattrs.
 	layer *layerSpec
+	// fill, when set, fills files from elsewhere than the store (clone.go:
+	// FICLONE or copy from a layer stack); it reports false to leave a
+	// file to the store.
+	fill func(rel string, e *store.TreeEntry, fd int) (bool, error)
+	// fsync makes every file durable as it is written, for a layer on a
+	// filesystem whose syncfs does not (see writeLayer).
+	fsync bool
 
 	jobs   chan fileJob
 	groups map[string]linkSource // LinkGroup → its first member
@@ -508,7 +518,16 @@ func (m *materializer) writeFile(j fileJob, w *fdWriter, bw *bufio.Writer) error
 	w.fd = fd
 	bw.Reset(w)
 	var n int64
-	if !e.Content.IsZero() {
+	filled := false
+	if m.fill != nil && !e.Content.IsZero() {
+		if filled, err = m.fill(j.rel, e, fd); err != nil {
+			return err
+		}
+		if filled {
+			n = e.Size
+		}
+	}
+	if !filled && !e.Content.IsZero() {
 		sw := &sparseWriter{fd: fd, bw: bw}
 		n, err = m.r.ReadContentTo(m.ctx, e.Content, sw)
 		if err == nil {
@@ -527,6 +546,11 @@ func (m *materializer) writeFile(j fileJob, w *fdWriter, bw *bufio.Writer) error
 	}
 	if err := m.applyFD(fd, j.rel, e, false); err != nil {
 		return err
+	}
+	if m.fsync {
+		if err := unix.Fsync(fd); err != nil {
+			return m.pathErr("fsync", j.rel, err)
+		}
 	}
 	m.prog.add(1, 0)
 	return nil
@@ -560,7 +584,8 @@ func (m *materializer) applyFD(fd int, rel string, e *store.TreeEntry, opaque bo
 		}
 	}
 	if m.opts.Chown {
-		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {
+		uid, gid := m.owner(e)
+		if err := unix.Fchown(fd, int(uid), int(gid)); err != nil {
 			return m.pathErr("chown", rel, err)
 		}
 	}
@@ -640,13 +665,22 @@ func (m *materializer) special(h *dirHandle, rel string, e *store.TreeEntry) err
 	return m.nameMeta(h.fd, rel, e, true)
 }
 
+// owner is the owner written for e (MaterializeOptions.Owners).
+func (m *materializer) owner(e *store.TreeEntry) (uint32, uint32) {
+	if m.opts.Owners != nil {
+		return m.opts.Owners(e.UID, e.GID)
+	}
+	return e.UID, e.GID
+}
+
 // nameMeta sets owner, mode (unless a symlink) and times of the entry just
 // created at name in dirfd, without following a symlink. Special files are
 // not opened: opening a device can have effects.
 func (m *materializer) nameMeta(dirfd int, rel string, e *store.TreeEntry, chmod bool) error {
 	name := path.Base(rel)
 	if m.opts.Chown {
-		if err := unix.Fchownat(dirfd, name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		uid, gid := m.owner(e)
+		if err := unix.Fchownat(dirfd, name, int(uid), int(gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return m.pathErr("chown", rel, err)
 		}
 	}

@@ -60,6 +60,10 @@ type Store struct {
 	// goroutines of one process. Other processes still wait in SQLite.
 	wsem chan struct{}
 
+	// scratches: the live scratch Writers, whose objects reads find
+	// after the database's (scratch.go).
+	scratches scratchSet
+
 	stmts sync.Map // stmtKey → *sql.Stmt
 	hot   sync.Map // *sql.DB → *hotStmts
 }
@@ -161,18 +165,23 @@ func Open(dir string, opts Options) (*Store, error) {
 		// A full filesystem: SQLite cannot grow the -shm index a WAL
 		// open needs (SQLITE_IOERR_SHMSIZE). immutable=1 reads the
 		// database file alone, which is the whole store when no WAL
-		// holds transactions not yet copied into it (a clean last
-		// close checkpoints and deletes it).
+		// holds transactions not yet copied into it.
 		if s.db != nil {
 			s.db.Close()
 			s.db = nil
 		}
-		if fi, werr := os.Stat(s.path + "-wal"); werr == nil && fi.Size() > 0 {
-			return nil, fmt.Errorf("open store %s: %w: its write-ahead log holds transactions not yet in %s, which a read-only open without space for the WAL index cannot read",
-				abs, &classified{ErrNoSpace, "no space left on " + MountPoint(abs), err}, DBName)
-		}
 		s.ro, s.full = true, true
-		v, err = s.openPool(true)
+		if walPending(s.path) {
+			// The WAL holds transactions (a process holding the store
+			// died before checkpointing them): read them without
+			// writing the WAL index (walread.go).
+			if v, err = s.openWALReadOnly(); err != nil {
+				return nil, fmt.Errorf("open store %s: %w: its write-ahead log holds transactions not yet in %s, which a read-only open could not read: %v",
+					abs, &classified{ErrNoSpace, "no space left on " + MountPoint(abs), syscall.ENOSPC}, DBName, err)
+			}
+		} else {
+			v, err = s.openPool(true)
+		}
 	}
 	if err != nil && s.ro && (isCode(err, sqliteCantOpen) || isCode(err, sqliteReadOnly)) && (readOnlyFS(abs) || syscall.Access(abs, 2 /* W_OK */) != nil) {
 		// A WAL database on a read-only filesystem cannot be opened
@@ -187,7 +196,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		if s.db != nil {
 			s.db.Close()
 		}
-		v, err = s.openPool(true)
+		if walPending(s.path) {
+			// immutable=1 would not read the WAL's transactions.
+			v, err = s.openWALReadOnly()
+		} else {
+			v, err = s.openPool(true)
+		}
 	}
 	if err != nil {
 		if s.db != nil {

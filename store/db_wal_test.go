@@ -109,6 +109,10 @@ func TestFullWithWAL(t *testing.T) {
 	dir := t.TempDir()
 	mount(t, "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir)
 	unmountAtCleanup(t, dir)
+	// A WAL left by a close while space was ample (below walLowSpace a
+	// close truncates it: TestLowSpaceCloseTruncatesWAL).
+	defer func(v int64) { walLowSpace = v }(walLowSpace)
+	walLowSpace = 0
 	s, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -147,5 +151,60 @@ func TestFullWithWAL(t *testing.T) {
 	}
 	if _, err := s.NewWriter(context.Background(), "x"); !errors.Is(err, ErrNoSpace) {
 		t.Errorf("NewWriter on a full store: %v; want ErrNoSpace", err)
+	}
+}
+
+// TestLowSpaceCloseTruncatesWAL pins a deadlock the kept WAL made: on a
+// small filesystem a store whose every close kept its WAL lived in the
+// WAL (strata.db a page), a write that then ran out of space left its
+// frames there too, and once the filesystem was full no checkpoint could
+// copy the WAL into strata.db — gc could never give the space back. Short
+// of space, a close checkpoints and truncates the WAL; gc's ReclaimWAL
+// does the same for a WAL a killed process left.
+func TestLowSpaceCloseTruncatesWAL(t *testing.T) {
+	requireMount(t)
+	dir := t.TempDir()
+	mount(t, "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir)
+	unmountAtCleanup(t, dir)
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitFile(t, s, "main", ZeroID, "f", []byte("in strata.db after the close"))
+	s.Close()
+	if fi, err := os.Stat(filepath.Join(dir, DBName+"-wal")); err == nil && fi.Size() != 0 {
+		t.Errorf("a close with %d MiB free kept a %d-byte WAL", 8, fi.Size())
+	}
+
+	// A WAL a killed process left on a now-full filesystem: gc's
+	// ReclaimWAL truncates it.
+	walLowSpace = 0
+	defer func() { walLowSpace = 64 << 20 }()
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitFile(t, s, "main2", ZeroID, "g", []byte("left in the WAL"))
+	s.Close()
+	if fi, err := os.Stat(filepath.Join(dir, DBName+"-wal")); err != nil || fi.Size() == 0 {
+		t.Fatalf("no WAL to reclaim: %v", err)
+	}
+	if !ReclaimWAL(dir) {
+		t.Fatal("ReclaimWAL did not empty the WAL")
+	}
+	s, err = Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.View(context.Background(), func(tx *Tx) error {
+		for _, b := range []string{"main", "main2"} {
+			if _, err := tx.Ref(b); err != nil {
+				return fmt.Errorf("branch %s after ReclaimWAL: %w", b, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }

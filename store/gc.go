@@ -208,9 +208,9 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		res.StatCacheFreed += statFreed
 		progress("sweep", int64(i), int64(len(cands)))
 	}
-	if res.Removed > 0 {
-		s.compact(ctx)
-	}
+	// Always, even when nothing was removed: a close keeps the WAL
+	// (wal.go), and gc is the command that gives space back.
+	s.compact(ctx)
 	return res, nil
 }
 

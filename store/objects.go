@@ -27,6 +27,9 @@ func (tx *Tx) getRow(id ID, verify bool) (Kind, []byte, error) {
 	var data []byte
 	err := tx.queryRow(qGetObject, id[:]).Scan(&kind, &codec, &size, &data)
 	if errors.Is(err, sql.ErrNoRows) {
+		if k, p, ok, err := tx.s.scratches.get(id); ok {
+			return k, p, err
+		}
 		return 0, nil, fmt.Errorf("object %s: %w", id.Short(), ErrNotFound)
 	}
 	if err != nil {

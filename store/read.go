@@ -47,6 +47,9 @@ func (s *Store) getRow(ctx context.Context, id ID, verify bool) (Kind, []byte, e
 	var data []byte
 	err = st.QueryRowContext(ctx, id[:]).Scan(&kind, &codec, &size, &data)
 	if isNoRows(err) {
+		if k, p, ok, err := s.scratches.get(id); ok {
+			return k, p, err
+		}
 		return 0, nil, fmt.Errorf("object %s: %w", id.Short(), ErrNotFound)
 	}
 	if err != nil {
@@ -88,14 +91,23 @@ func (s *Store) ObjectCount(ctx context.Context) (map[Kind]int64, error) {
 // is read. ZeroID reads as empty. Damage surfaces from Read as ErrCorrupt
 // or ErrNotFound.
 func (s *Store) OpenContent(ctx context.Context, id ID) (io.ReadCloser, error) {
-	c := &contentReader{s: s, ctx: ctx}
+	c := s.newContentReader(ctx, id)
 	if id.IsZero() {
 		return c, nil
 	}
 	if err := c.push(id, -1); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+func (s *Store) newContentReader(ctx context.Context, id ID) *contentReader {
+	c := &contentReader{s: s, ctx: ctx}
+	if p := s.scratches.source(id); p != "" {
+		c.src = &srcFile{path: p}
+	}
+	return c
 }
 
 // ReadContentTo writes a file's content to w and returns the number of
@@ -104,7 +116,8 @@ func (s *Store) ReadContentTo(ctx context.Context, id ID, w io.Writer) (int64, e
 	if id.IsZero() {
 		return 0, nil
 	}
-	c := &contentReader{s: s, ctx: ctx}
+	c := s.newContentReader(ctx, id)
+	defer c.Close()
 	if err := c.push(id, -1); err != nil {
 		return 0, err
 	}
@@ -125,6 +138,11 @@ type contentReader struct {
 	// running on other goroutines: reading, decompressing and hashing
 	// them overlaps with the caller's use of the current one.
 	ahead []*fetch
+	// src is the file the content was read from, when a scratch Writer
+	// holds it and may have dropped chunks (scratch.go); fetchOff is the
+	// offset of the next chunk to fetch.
+	src      *srcFile
+	fetchOff int64
 }
 
 // readAhead is how many chunks a content reader reads in advance.
@@ -137,17 +155,31 @@ type fetch struct {
 	err  error
 }
 
-func (c *contentReader) startFetch(id ID) *fetch {
+func (c *contentReader) startFetch(ref ChunkRef) *fetch {
 	f := &fetch{done: make(chan struct{})}
-	if id.IsZero() { // a hole: nothing to read
+	off := c.fetchOff
+	c.fetchOff += ref.Size
+	if ref.ID.IsZero() { // a hole: nothing to read
 		close(f.done)
 		return f
 	}
 	go func() {
-		f.kind, f.p, f.err = c.s.getObject(c.ctx, id)
+		f.kind, f.p, f.err = c.getObject(ref.ID, off)
 		close(f.done)
 	}()
 	return f
+}
+
+// getObject reads a chunk at offset off of the content: from the store,
+// or from the content's source file when a scratch Writer dropped it.
+func (c *contentReader) getObject(id ID, off int64) (Kind, []byte, error) {
+	k, p, err := c.s.getObject(c.ctx, id)
+	var de *droppedError
+	if c.src != nil && errors.As(err, &de) {
+		p, err = c.src.chunk(id, off, de.size)
+		return KindChunk, p, err
+	}
+	return k, p, err
 }
 
 type nodeCursor struct {
@@ -160,7 +192,7 @@ type nodeCursor struct {
 // c.cur, a file node is pushed on the stack. size is what the root must
 // cover, or -1 for any size.
 func (c *contentReader) push(id ID, size int64) error {
-	k, p, err := c.s.getObject(c.ctx, id)
+	k, p, err := c.getObject(id, 0)
 	if err != nil {
 		return fmt.Errorf("content %s: %w", id.Short(), err)
 	}
@@ -196,7 +228,7 @@ func (c *contentReader) next() error {
 		ref := top.node.Refs[top.i]
 		if top.node.Level == 0 {
 			for n := len(c.ahead); n < readAhead && top.i+n < len(top.node.Refs); n++ {
-				c.ahead = append(c.ahead, c.startFetch(top.node.Refs[top.i+n].ID))
+				c.ahead = append(c.ahead, c.startFetch(top.node.Refs[top.i+n]))
 			}
 			f := c.ahead[0]
 			c.ahead = c.ahead[1:]
@@ -336,6 +368,12 @@ func writeHole(w io.Writer, n int64) (int64, error) {
 }
 
 func (c *contentReader) Close() error {
+	for _, f := range c.ahead { // a fetch may still read src
+		<-f.done
+	}
+	c.ahead = nil
+	c.src.close()
+	c.src = nil
 	c.stack, c.cur = nil, nil
 	if c.err == nil {
 		c.err = errors.New("content reader closed")

@@ -3,7 +3,9 @@ package store
 import (
 	"database/sql"
 	"os"
+	"path/filepath"
 	"reflect"
+	"syscall"
 	"unsafe"
 
 	"modernc.org/libc"
@@ -77,12 +79,73 @@ func noCheckpointOnClose(c any) bool {
 }
 
 // checkpointIfLarge checkpoints the WAL before the last close when it has
-// grown past walCloseCheckpoint.
+// grown past walCloseCheckpoint, and truncates it when the filesystem is
+// short of space (lowSpace), as SQLite's default close did: a WAL kept
+// there may hold the frames of a write that failed for lack of space (an
+// import that ran out of it), the very space gc needs — and once the
+// filesystem is full, a checkpoint that must grow strata.db to copy the
+// WAL's transactions into it cannot run any more, so the WAL could never
+// be given back.
 func (s *Store) checkpointIfLarge(db *sql.DB) {
 	if s.ro {
 		return
 	}
-	if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > walCloseCheckpoint {
+	fi, err := os.Stat(s.path + "-wal")
+	if err != nil || fi.Size() == 0 {
+		return
+	}
+	switch {
+	case lowSpace(filepath.Dir(s.path)):
+		s.truncateWAL(db)
+	case fi.Size() > walCloseCheckpoint:
 		_, _ = db.Exec("PRAGMA wal_checkpoint(PASSIVE)")
 	}
+}
+
+// truncateWAL copies the WAL's committed transactions into strata.db and
+// truncates it to nothing, giving its space back (frames of a transaction
+// that failed are dropped). It reports whether the WAL is empty after.
+func (s *Store) truncateWAL(db *sql.DB) bool {
+	var busy, logPages, ckpt int64
+	if err := db.QueryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logPages, &ckpt); err != nil || busy != 0 {
+		return false
+	}
+	fi, err := os.Stat(s.path + "-wal")
+	return err != nil || fi.Size() == 0
+}
+
+// walLowSpace: with less free space than this on the store's filesystem
+// (or than a few times the WAL), a close checkpoints and truncates the
+// WAL. A variable for tests.
+var walLowSpace int64 = 64 << 20
+
+// lowSpace reports whether the filesystem holding dir is short of space
+// for a kept WAL (walLowSpace).
+func lowSpace(dir string) bool {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return false
+	}
+	return int64(st.Bavail)*int64(st.Bsize) < walLowSpace
+}
+
+// ReclaimWAL gives back the space a write-ahead log holds on a full
+// filesystem: it copies the log's committed transactions into strata.db
+// and truncates the log (the frames of a write that failed for lack of
+// space are dropped). Only gc calls it — a command that frees space —
+// since it writes the store; it reports whether the log is empty now.
+// The store at home must not be open read-only in this process.
+func ReclaimWAL(home string) bool {
+	path := filepath.Join(home, DBName)
+	if !walPending(path) {
+		return false
+	}
+	db, err := sql.Open("sqlite", dsn(path, []string{"_busy_timeout=1000"}))
+	if err != nil {
+		return false
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	s := &Store{path: path}
+	return s.truncateWAL(db)
 }

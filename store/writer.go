@@ -87,6 +87,8 @@ type Writer struct {
 	rLeader bool
 
 	newObjects, newBytes, reused, contentBytes atomic.Int64
+
+	scratch *scratch // a scratch Writer's objects (scratch.go), or nil
 }
 
 type pendingObject struct {
@@ -221,6 +223,9 @@ func (w *Writer) putLike(kind Kind, p []byte, own bool, base ID) (ID, error) {
 	w.known[id] = struct{}{}
 	_, repair := w.repair[id]
 	w.mu.Unlock()
+	if w.scratch != nil {
+		return id, w.scratchPut(id, kind, p, own)
+	}
 	if repair {
 		// A damaged object: its payload is here again; store it whole.
 		rec := pendingObject{id: id, kind: kind, size: len(p), repair: true}
@@ -472,6 +477,9 @@ func (w *Writer) Flush() error {
 func (w *Writer) Finish(fn func(tx *Tx) error) error {
 	w.op.Lock()
 	defer w.op.Unlock()
+	if w.scratch != nil {
+		return w.scratchFinish(fn)
+	}
 	if w.done {
 		return errWriterDone
 	}
@@ -583,6 +591,9 @@ func (w *Writer) Abort() error {
 	w.mu.Lock()
 	w.batch, w.known, w.external = nil, nil, nil
 	w.mu.Unlock()
+	if w.scratch != nil {
+		w.scratchRelease()
+	}
 	w.leaseMu.Lock()
 	lease := w.lease
 	w.leaseMu.Unlock()
@@ -724,6 +735,10 @@ func (w *Writer) retainBatch(batch []*retainReq) {
 			close(r.done)
 		}
 	}()
+	if w.scratch != nil {
+		w.scratchRetain(batch)
+		return
+	}
 	err := w.withLease(func(tx *Tx, lease int64) error {
 		for _, r := range batch {
 			var oid int64

@@ -46,7 +46,7 @@ func changeCommands(e *env) []*cli.Command {
 				} else {
 					opt.BigFileThreshold = int64(b)
 				}
-				r, err := e.open(strata.OpenOptions{})
+				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)}) // diff stores nothing
 				if err != nil {
 					return err
 				}
@@ -231,7 +231,7 @@ func changeCommands(e *env) []*cli.Command {
 				if c.NArg() != 1 || c.String("to") == "" {
 					return usagef("apply needs REF, NAME or A..B and --to DIR")
 				}
-				r, err := e.open(strata.OpenOptions{})
+				r, err := e.open(strata.OpenOptions{ReadOnly: readOnlyFS(e.home)}) // apply stores nothing
 				if err != nil {
 					return err
 				}

@@ -42,6 +42,9 @@ func doctorCommand(e *env) *cli.Command {
 					if !ch.OK && ch.Disables != "" {
 						fmt.Fprintf(w, "       %-*s  disables: %s\n", width, "", ch.Disables)
 					}
+					for _, fix := range ch.Fix {
+						fmt.Fprintf(w, "       %-*s  fix: %s\n", width, "", fix)
+					}
 				}
 				for _, sb := range rep.Sandbox {
 					fmt.Fprintf(w, "\n--sandbox %s on this kernel:\n", sb.Mode)
@@ -50,6 +53,12 @@ func doctorCommand(e *env) *cli.Command {
 					}
 					for _, m := range sb.Missing {
 						fmt.Fprintf(w, "  not enforced: %s\n", m)
+					}
+				}
+				if rep.UserNS.Cause != "" {
+					fmt.Fprintf(w, "\nwithout user namespaces (workspaces of the reflink or copy backend), on this kernel:\n")
+					for _, it := range rep.NoNamespaces {
+						fmt.Fprintf(w, "  %-12s %s: %s\n", it.Status, it.What, it.Detail)
 					}
 				}
 				fmt.Fprintf(w, "\nwhat --sandbox agent and strict commands see (the view; add to it with --ro/--rw, or strata init --ro/--rw for every command):\n")

@@ -167,6 +167,7 @@ func newApp(e *env) *cli.App {
 	app.Commands = append(app.Commands, runCommand(e), batchCommand(e))
 	app.Commands = append(app.Commands, shareCommands(e)...)
 	app.Commands = append(app.Commands, doctorCommand(e), versionCommand(e), completionCommand(e), mcpCommand(e))
+	app.Commands = append(app.Commands, setupCommand(e))
 	for _, extra := range extraCommands {
 		app.Commands = append(app.Commands, extra(e))
 	}

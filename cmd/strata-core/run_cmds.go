@@ -31,6 +31,9 @@ func runCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "cwd", Usage: "working directory: relative to the workspace root, or absolute as the command sees it"},
 			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the command's environment (repeatable)"},
 			subIDsFlag(),
+			&cli.StringFlag{Name: "root", Usage: "IMAGE (an imported image's ref) whose tree is / under --from's tree, mounted at --at"},
+			&cli.StringFlag{Name: "at", Usage: "with --root: PATH inside the image where the project appears (e.g. /testbed)"},
+			&cli.StringFlag{Name: "scope", Usage: "an image-rooted run's diff and commit: project (its working directory; default) or all"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 1 {
@@ -48,7 +51,7 @@ func runCommand(e *env) *cli.Command {
 				Keep: c.Bool("keep"), CommitBranch: c.String("commit"), Protect: c.StringSlice("protect"),
 				Output: c.String("output"), Argv: c.Args().Slice(), Env: c.StringSlice("env"), Cwd: c.String("cwd"),
 				Sandbox: sb, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Warn: e.warn,
-				SubIDs: c.Bool("subids"),
+				SubIDs: c.Bool("subids"), Root: c.String("root"), At: c.String("at"), Scope: c.String("scope"),
 			}
 			if e.json && opts.Output == "" {
 				// stdout carries the result object; the command's output

@@ -28,6 +28,13 @@ func wsCommand(e *env) *cli.Command {
 					&cli.StringFlag{Name: "branch", Usage: "bind to this branch (created at --from if missing) instead of ws/NAME"},
 					&cli.BoolFlag{Name: "tmpfs", Usage: "keep changes on a tmpfs (/dev/shm): faster, lost at reboot"},
 					subIDsFlag(),
+					&cli.StringFlag{Name: "root", Usage: "IMAGE (an imported image's ref) whose tree is / under the project, mounted at --at"},
+					&cli.StringFlag{Name: "at", Usage: "with --root: PATH inside the image where the project appears (e.g. /testbed)"},
+					&cli.StringFlag{Name: "scope", Usage: "an image-rooted workspace's diff and commits: project (its working directory; default) or all"},
+					&cli.StringSliceFlag{Name: "env", Usage: "image-rooted: K=V over the image's environment for every command (repeatable)"},
+					&cli.StringFlag{Name: "cwd", Usage: "image-rooted: the working directory instead of the image's (absolute, or relative to it)"},
+					&cli.StringSliceFlag{Name: "ro", Usage: "image-rooted: host PATH bound read-only into the root for every command (repeatable)"},
+					&cli.StringSliceFlag{Name: "rw", Usage: "image-rooted: host PATH bound read-write into the root for every command (repeatable)"},
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 1 {
@@ -40,13 +47,22 @@ func wsCommand(e *env) *cli.Command {
 					defer r.Close()
 					w, err := r.CreateWorkspace(c.Context, c.Args().First(), strata.WorkspaceOptions{
 						From: c.String("from"), Branch: c.String("branch"), Tmpfs: c.Bool("tmpfs"), SubIDs: c.Bool("subids"),
+						Root: c.String("root"), At: c.String("at"), Scope: c.String("scope"),
+						Env: c.StringSlice("env"), Cwd: c.String("cwd"), RO: c.StringSlice("ro"), RW: c.StringSlice("rw"),
 						KeeperSpec: true, // the front's first exec starts the keeper (docs/hotpath.md)
 					})
 					if err != nil {
 						return err
 					}
 					return e.out(w, func(o io.Writer) {
-						fmt.Fprintf(o, "workspace %s on branch %s at %s\n", w.Name, w.Branch, w.Base.Short())
+						fmt.Fprintf(o, "workspace %s on branch %s at %s", w.Name, w.Branch, w.Base.Short())
+						switch {
+						case w.Root != nil && w.Root.At != "":
+							fmt.Fprintf(o, ", at %s in image %s", w.Root.At, w.Root.Env.Short())
+						case w.Root != nil:
+							fmt.Fprintf(o, " (image-rooted; diff and commits: %s)", w.Root.Project)
+						}
+						fmt.Fprintln(o)
 					})
 				},
 			},
@@ -81,6 +97,9 @@ func wsCommand(e *env) *cli.Command {
 						}
 						if w.SubIDs {
 							state += " (subids)"
+						}
+						if w.Root != nil {
+							state += " (image)"
 						}
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.Name, w.Branch, w.Base.Short(), state, ibytes(w.Changes))
 					}

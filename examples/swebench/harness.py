@@ -101,12 +101,10 @@ class Strata:
         return b
 
     def import_image(self, src: str, branch: str, tls_verify: bool) -> None:
-        argv = self.base() + ["--json", "--quiet", "import", "--image", src, "-b", branch]
-        if not tls_verify:
-            argv.append("--tls-verify=false")
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if p.returncode != 0:
-            raise SystemExit("import --image %s: %s" % (src, p.stderr.strip()))
+        try:
+            self.sdk.import_image(src, branch=branch, tls_verify=tls_verify)
+        except stratafs.StrataError as e:
+            raise SystemExit("import --image %s: %s" % (src, e))
 
     def batch(self, jobs_file: str, out: str, output: str, ro: str, parallel: int) -> int:
         argv = self.base() + ["--quiet", "batch", jobs_file, "--parallel", str(parallel), "--out", out,

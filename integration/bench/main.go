@@ -16,8 +16,9 @@
 //
 //	BENCH_QUICK=1        small N everywhere, no 100k tree: a smoke run (a few minutes)
 //	BENCH_ONLY=a,b       only these scenarios (create, peers, reads, commit, sandbox,
-//	                     runs, view, mcp, deltas, push, floor) or issues (workspaces =
-//	                     create,peers,reads; store = deltas; share = push; hotpath = floor)
+//	                     runs, view, mcp, deltas, push, floor, images) or issues (workspaces =
+//	                     create,peers,reads; store = deltas; share = push; hotpath = floor;
+//	                     environments = images)
 //	BENCH_BASE=BIN       a baseline strata (beside its strata-init) for the view
 //	                     scenario's before/after rows; BENCH_BASE_REV names it
 //	BENCH_OUT=FILE       the results file (default /tmp/strata-bench/results.md)
@@ -26,6 +27,9 @@
 //	BENCH_CACHE=DIR      generated trees (default /var/tmp/strata-cache/bench-trees)
 //	BENCH_TMP=DIR        where the scratch directories go (default /var/tmp: a disk)
 //	STRATA_CORPUS=DIR    the shared corpus (make corpus)
+//	STRATA_IMAGES=DIR    the test images (make images), for the images scenario
+//	BENCH_SRC=DIR        a copy of examples/swebench and python/src readable by the
+//	                     rootless user (scripts/bench.sh makes it)
 package main
 
 import (
@@ -100,6 +104,7 @@ var scenarios = []scenario{
 	{name: "deltas", issue: "store", run: runDeltas, report: reportDeltas},
 	{name: "push", issue: "share", run: runPush, report: reportPush},
 	{name: "floor", issue: "hotpath", run: runFloor, report: reportFloor},
+	{name: "images", issue: "environments", run: runImages, report: reportImages},
 }
 
 func (c config) selected(s scenario) bool {
@@ -640,6 +645,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"store", "Issue \"store\" (18): delta-coded edits, before and after"},
 		{"share", "Issue \"share\" (16): snapshots through an OCI registry, against skopeo"},
 		{"hotpath", "Issue \"hotpath\" (14): the hot path beside the floor"},
+		{"environments", "Issue \"environments\" (13): container images as roots, against podman"},
 	}
 	for _, sec := range sections {
 		var tables []Table

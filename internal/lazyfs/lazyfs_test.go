@@ -2,10 +2,14 @@ package lazyfs
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stratafs/strata/internal/testutil"
 )
@@ -121,4 +125,41 @@ func errorIs(err error, e syscall.Errno) bool {
 		err = u.Unwrap()
 	}
 	return false
+}
+
+// TestUnmountWithCopyElsewhere: a mount namespace created while the
+// filesystem is mounted holds a copy of the mount (another test's keeper,
+// a run of the harness): unmounting ours then does not end the FUSE
+// connection, and go-fuse waited for its end for good (a power-loss run
+// hung in its first trial). Unmount aborts the connection instead.
+func TestUnmountWithCopyElsewhere(t *testing.T) {
+	backing, mnt := t.TempDir(), t.TempDir()
+	l := mountT(t, backing, mnt)
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", `exec 3<"$1" && exec sleep 120`, "sh", filepath.Join(mnt, "f"))
+	if err := holder.Start(); err != nil {
+		testutil.Skip(t, "unshare: "+err.Error())
+	}
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	// The copy exists, a file of it open, once the holder runs sleep.
+	for i := 0; ; i++ {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", holder.Process.Pid))
+		if bytes.HasPrefix(b, []byte("sleep\x00")) {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the holder's namespace shows no copy of the mount")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	if err := l.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("unmounted in %s (the connection aborted)", time.Since(start).Round(time.Millisecond))
+	if _, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s/f", holder.Process.Pid, mnt)); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("a read through the holder's copy after Unmount: %v, want ENOTCONN (the connection aborted)", err)
+	}
 }

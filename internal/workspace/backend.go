@@ -72,6 +72,8 @@ func (m *Manager) Backend(rec *Record) (Backend, error) {
 type Switch struct {
 	Upper, Work       string // the new tree
 	oldUpper, oldWork string
+	// A project on an environment's fresh root upper (switchRoot).
+	rootUpper, rootWork, oldRootUpper, oldRootWork string
 }
 
 // Apply points rec at the new tree over base (inside the transaction).
@@ -79,18 +81,27 @@ func (s *Switch) Apply(rec *Record, base store.ID) {
 	rec.Base = base
 	rec.MountBase = base.String()
 	rec.Upper, rec.Work = s.Upper, s.Work
+	if s.rootUpper != "" && rec.Root != nil {
+		rec.Root.Upper, rec.Root.Work = s.rootUpper, s.rootWork
+	}
 }
 
 // Done removes the old tree, which the registry no longer names.
 func (s *Switch) Done() {
-	_ = RemoveAll(s.oldUpper)
-	_ = RemoveAll(s.oldWork)
+	for _, d := range []string{s.oldUpper, s.oldWork, s.oldRootUpper, s.oldRootWork} {
+		if d != "" {
+			_ = RemoveAll(d)
+		}
+	}
 }
 
 // Discard removes the new tree: the transaction did not land.
 func (s *Switch) Discard() {
-	_ = RemoveAll(s.Upper)
-	_ = RemoveAll(s.Work)
+	for _, d := range []string{s.Upper, s.Work, s.rootUpper, s.rootWork} {
+		if d != "" {
+			_ = RemoveAll(d)
+		}
+	}
 }
 
 // Unchanged reports whether cur (read again inside a transaction) is the

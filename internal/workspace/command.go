@@ -40,12 +40,21 @@ func (m *Manager) Exec(ctx context.Context, name string, opts CommandOptions, io
 	if err != nil {
 		return ExitStatus{}, err
 	}
-	cmd, err := m.buildCommand(k.Target, opts)
+	var cmd nsexec.Command
+	rf, isRoot, err := readRootFile(m.Layout.Workspace(name))
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	if isRoot {
+		cmd, err = m.rootCommand(rf, opts)
+	} else {
+		cmd, err = m.buildCommand(k.Target, opts)
+	}
 	if err != nil {
 		return ExitStatus{}, err
 	}
 	st, err := nsexec.Exec(ctx, m.Layout.Workspace(name), cmd, io.Stdin, io.Stdout, io.Stderr)
-	if err == nil {
+	if err == nil && !isRoot {
 		hotpath.HintNotFound(st, cmd, k.Target, opts.Sandbox.Warn)
 	}
 	return st, err
@@ -62,3 +71,9 @@ func (m *Manager) planner() *hotpath.Planner {
 func (m *Manager) buildCommand(target string, opts CommandOptions) (nsexec.Command, error) {
 	return m.planner().Command(target, opts)
 }
+
+// The helpers the planner and image roots (root.go) share.
+
+func mergeEnv(base, extra []string) []string { return hotpath.MergeEnv(base, extra) }
+func hasEnv(env []string, key string) bool   { return hotpath.HasEnv(env, key) }
+func within(p, dir string) bool              { return hotpath.Within(p, dir) }

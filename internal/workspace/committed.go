@@ -290,12 +290,15 @@ func (o overlay) Uncommitted(rec *Record) (bool, int64) {
 		return false, 0
 	}
 	idx := loadCommittedIndex(rec)
-	if idx == nil {
+	if idx == nil && !rec.Root.scoped() {
 		return true, DirBytes(rec.Upper)
 	}
 	cur, err := walkUpper(rec.Upper)
 	if err != nil {
 		return true, DirBytes(rec.Upper)
+	}
+	if rec.Root.scoped() {
+		return uncommittedScope(rec, idx, cur)
 	}
 	var n int64
 	d := idx.dirtySince(cur)

@@ -28,18 +28,24 @@ func (o overlay) Prepare(ctx context.Context, rec *Record, tmp string) error {
 		if err := mkdirs(0o700, rec.Upper, rec.Work); err != nil {
 			return fmt.Errorf("workspace %q: tmpfs: %w", rec.Name, err)
 		}
-		return nil
+	} else {
+		if err := mkdirs(0o700, filepath.Join(tmp, layout.Upper), filepath.Join(tmp, layout.Work)); err != nil {
+			return err
+		}
+		rec.Upper, rec.Work = filepath.Join(rec.Dir, layout.Upper), filepath.Join(rec.Dir, layout.Work)
 	}
-	if err := mkdirs(0o700, filepath.Join(tmp, layout.Upper), filepath.Join(tmp, layout.Work)); err != nil {
-		return err
+	if rec.Root != nil {
+		return prepareRoot(rec, tmp)
 	}
-	rec.Upper, rec.Work = filepath.Join(rec.Dir, layout.Upper), filepath.Join(rec.Dir, layout.Work)
 	return nil
 }
 
 // Populate materializes the layer stack, so that the first exec only
 // mounts.
 func (o overlay) Populate(ctx context.Context, rec *Record) error {
+	if rec.Root != nil {
+		return o.m.populateRoot(ctx, rec)
+	}
 	_, err := o.m.LayerStack(ctx, rec.MountBaseID())
 	return err
 }
@@ -92,7 +98,15 @@ func (o overlay) Reset(ctx context.Context, rec *Record, baseTree, content store
 		if err != nil {
 			return nil, err
 		}
-		if err := snapshot.WriteDelta(ctx, st, baseTree, content, nu, snapshot.LayerOptions{Flavour: Flavour().String(), Chown: nsexec.RealRoot()}); err != nil {
+		opts := snapshot.LayerOptions{Flavour: Flavour().String(), Chown: nsexec.RealRoot()}
+		if rec.Root != nil && !rec.Root.OnEnv() {
+			// The upper of an image root: the image's owners as its
+			// keeper's namespace holds them.
+			if opts, err = o.m.rootLayerOptions(rec.SubIDs); err != nil {
+				return nil, err
+			}
+		}
+		if err := snapshot.WriteDelta(ctx, st, baseTree, content, nu, opts); err != nil {
 			_ = RemoveAll(nu)
 			return nil, fmt.Errorf("writing the upper: %w", err)
 		}
@@ -101,6 +115,13 @@ func (o overlay) Reset(ctx context.Context, rec *Record, baseTree, content store
 		_ = RemoveAll(nu)
 		return nil, err
 	}
+	if rec.Root != nil && baseTree.IsZero() && content.IsZero() {
+		// A reset: the environment's writes go with the changes.
+		if err := switchRoot(rec, sw); err != nil {
+			sw.Discard()
+			return nil, err
+		}
+	}
 	return sw, nil
 }
 
@@ -108,6 +129,10 @@ func (o overlay) DropChanges(rec *Record) error {
 	err := RemoveAll(rec.Upper)
 	if err2 := RemoveAll(rec.Work); err == nil {
 		err = err2
+	}
+	if rec.Root.OnEnv() {
+		_ = RemoveAll(rec.Root.Upper)
+		_ = RemoveAll(rec.Root.Work)
 	}
 	return err
 }

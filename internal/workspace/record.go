@@ -51,6 +51,9 @@ type Record struct {
 	// FromBranch is the branch the workspace was forked from, which
 	// promote merges into by default.
 	FromBranch string `json:"from_branch,omitempty"`
+	// Root, when set, makes the workspace image-rooted (root.go): an
+	// image's layers are its /. Records without it are on the host view.
+	Root *Root `json:"root,omitempty"`
 }
 
 // MountBaseID is the commit whose stack the workspace's upper sits on.
@@ -104,6 +107,9 @@ func (r *Record) relocate(l layout.Layout) {
 	if !r.Tmpfs {
 		r.Upper = layout.Relocate(r.Dir, r.Upper, layout.Upper)
 		r.Work = layout.Relocate(r.Dir, r.Work, layout.Work)
+	}
+	if r.Root != nil {
+		r.relocateRoot()
 	}
 }
 

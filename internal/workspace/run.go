@@ -35,6 +35,8 @@ type runState struct {
 	PID   int    `json:"pid"`
 	Start uint64 `json:"start"`
 	Base  string `json:"base"`
+	// Root is the environment commit of a project run on one (--root).
+	Root string `json:"root,omitempty"`
 }
 
 // Run is a one-shot run's directory: an upper and work over its base's
@@ -48,6 +50,10 @@ type Run struct {
 	lowers               []string
 	feat                 overlayfs.Features
 	unlock               func()
+	// An image-rooted run (SetRoot, runroot.go).
+	root       *Root
+	subIDs     bool
+	rootLowers []string
 }
 
 // NewRun makes the directory of run id: in the tmpfs directory, or with
@@ -72,7 +78,11 @@ func (m *Manager) NewRun(id string, disk bool) (*Run, error) {
 // under the layer lock, which the run holds until its command has ended.
 func (r *Run) Prepare(ctx context.Context, base store.ID) error {
 	_, startTicks, _ := procStart(os.Getpid())
-	stb, _ := json.Marshal(runState{PID: os.Getpid(), Start: startTicks, Base: base.String()})
+	rs := runState{PID: os.Getpid(), Start: startTicks, Base: base.String()}
+	if r.root.OnEnv() {
+		rs.Root = r.root.Image
+	}
+	stb, _ := json.Marshal(rs)
 	// Atomically (rename): a concurrent sweep must never read it half
 	// written, which would look like a dead run.
 	if err := WriteFileAtomic(layout.RunStateFile(r.Dir), stb, false); err != nil {
@@ -83,6 +93,9 @@ func (r *Run) Prepare(ctx context.Context, base store.ID) error {
 		return err
 	}
 	r.unlock = unlock
+	if r.root != nil {
+		return r.prepareRoot(ctx, base)
+	}
 	if r.lowers, err = r.m.LayerStack(ctx, base); err != nil {
 		return err
 	}
@@ -121,6 +134,9 @@ type Command struct {
 // Command builds the run's spec (source is its base's Source) and the
 // command to run in it.
 func (r *Run) Command(source string, subIDs bool, opts CommandOptions) (*Command, error) {
+	if r.root != nil {
+		return r.rootCommand(subIDs, opts)
+	}
 	spec := r.m.buildSpec(mount{
 		Name: "run-" + r.ID, Dir: r.Dir, Lowers: r.lowers, Upper: r.Upper, Work: r.Work,
 		Source: source, Volatile: !r.Disk, SubIDs: subIDs,
@@ -140,7 +156,7 @@ func (r *Run) Command(source string, subIDs bool, opts CommandOptions) (*Command
 func (r *Run) Exec(ctx context.Context, c *Command, io Stdio) (ExitStatus, error) {
 	status, err := nsexec.Run(ctx, c.spec, c.cmd, io.Stdin, io.Stdout, io.Stderr)
 	r.release()
-	if err == nil {
+	if err == nil && r.root == nil {
 		hotpath.HintNotFound(status, c.cmd, c.spec.Target, c.warn)
 	}
 	return status, err
@@ -152,6 +168,15 @@ func (r *Run) Changes() (DiffStat, []snapshot.UpperChange, error) {
 	changes, err := overlayfs.Changes(r.Upper, r.lowers, Flavour())
 	if err != nil {
 		return DiffStat{}, nil, fmt.Errorf("run: reading the change: %w", err)
+	}
+	if rel := r.root.projectRel(); rel != "" {
+		kept := changes[:0:0]
+		for _, c := range changes {
+			if inScope(c.Path, rel) {
+				kept = append(kept, c)
+			}
+		}
+		changes = kept
 	}
 	return diffStat(changes), UpperChanges(changes), nil
 }
@@ -188,11 +213,17 @@ func (r *Run) Adopt(name, branch, source string, subIDs bool) (*Record, error) {
 		upper, work = filepath.Join(tdir, layout.Upper), filepath.Join(tdir, layout.Work)
 	}
 	_ = os.Remove(layout.RunStateFile(dir))
-	return &Record{
+	rec := &Record{
 		Name: name, Branch: branch, Base: r.base, Dir: wsdir, CreatedNs: time.Now().UnixNano(),
 		Backend: BackendOverlay, Upper: upper, Work: work, Tmpfs: !r.Disk, SubIDs: subIDs, Source: source,
 		CreatedBranch: true, Fork: r.base.String(), MountBase: r.base.String(),
-	}, nil
+	}
+	if r.root != nil {
+		if err := r.adoptRoot(rec, dir); err != nil {
+			return nil, err
+		}
+	}
+	return rec, nil
 }
 
 // DiffStat summarizes a run's change (the root package's DiffStat).
@@ -408,6 +439,9 @@ func (s *sweeper) liveRunBases() []store.ID {
 				continue
 			}
 			if id, err := store.ParseID(st.Base); err == nil {
+				out = append(out, id)
+			}
+			if id, err := store.ParseID(st.Root); err == nil {
 				out = append(out, id)
 			}
 		}

@@ -53,6 +53,9 @@ func mountTarget(dir, source string) string { return hotpath.MountTarget(dir, so
 // this process's PATH. The caller holds the layer lock shared (LayerLock)
 // until the keeper has mounted the stack.
 func (m *Manager) Spec(ctx context.Context, rec *Record) (nsexec.Spec, error) {
+	if rec.Root != nil {
+		return m.rootSpec(ctx, rec)
+	}
 	lowers, err := m.LayerStack(ctx, rec.MountBaseID())
 	if err != nil {
 		return nsexec.Spec{}, err

@@ -38,7 +38,7 @@ func (m *Manager) removeStale(recs []Record, now time.Time) []string {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			p := filepath.Join(dir, e.Name())
-			if !layout.IsUpperOrWork(e.Name()) || p == rec.Upper || p == rec.Work || !old(p) {
+			if !layout.IsUpperOrWork(e.Name()) || p == rec.Upper || p == rec.Work || rec.Root.OnEnv() && (p == rec.Root.Upper || p == rec.Root.Work) || !old(p) {
 				continue
 			}
 			if RemoveAll(p) == nil {

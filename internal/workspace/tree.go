@@ -2,7 +2,9 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/overlayfs"
@@ -66,11 +68,19 @@ func (o overlay) Read(ctx context.Context, rec *Record, wr *store.Writer, opts R
 		out.Result = &snapshot.ApplyResult{Tree: mountBase.Tree, Stats: mountBase.Stats}
 		return out, nil
 	}
-	lowers, err := o.m.LayerStack(ctx, mb)
+	ro, err := o.m.readOptionsOf(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
+	lowers := ro.lowers
 	thaw, err := nsexec.Freeze(rec.Dir)
+	if err != nil && wr.Scratch() && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES)) {
+		// A read (diff, apply) on a full or read-only filesystem, where
+		// the freezer cannot write its lock or marker: read the upper
+		// live. A file that changes while it is read is read again
+		// (snapshot.ApplyUpper).
+		thaw, err = func() {}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +103,7 @@ func (o overlay) Read(ctx context.Context, rec *Record, wr *store.Writer, opts R
 			return nil, fmt.Errorf("workspace %q: reading changes: %w", rec.Name, err)
 		}
 		if d, ok := idx.deltaSince(state, changes, rec.Upper, lowers); ok {
-			applyTo, applyStats, ucs = base.Tree, base.Stats, d
+			applyTo, applyStats, ucs = base.Tree, base.Stats, scopeChanges(d, ro.scope)
 			out.Delta = true
 		}
 	}
@@ -101,7 +111,7 @@ func (o overlay) Read(ctx context.Context, rec *Record, wr *store.Writer, opts R
 		if changes, err = overlayfs.Changes(rec.Upper, lowers, flavour); err != nil {
 			return nil, fmt.Errorf("workspace %q: reading changes: %w", rec.Name, err)
 		}
-		ucs = UpperChanges(changes)
+		ucs = scopeChanges(UpperChanges(changes), ro.scope)
 	}
 	out.prev = idx
 	out.state, out.changes = state, changes
@@ -115,6 +125,7 @@ func (o overlay) Read(ctx context.Context, rec *Record, wr *store.Writer, opts R
 			Warn:           opts.Warn,
 			DeferStatCache: opts.DeferStatCache,
 			Previous:       base.Tree, // delta bases: the last commit's versions
+			Owners:         ro.owners,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("workspace %q: %w", rec.Name, err)

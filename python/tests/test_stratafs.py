@@ -211,6 +211,28 @@ def test_import_git(store, tmp_path):
         assert ws.exec(["cat", "f.txt"]).stdout == "git file\n"
 
 
+def test_image_root(store, tmp_path):
+    """A workspace, run and batch job in a container image (the instance test
+    image of `make images`), and a project at /testbed over it."""
+    images = os.environ.get("STRATA_IMAGES", "")
+    if not images or not os.path.exists(os.path.join(images, ".key")):
+        if os.environ.get("STRATA_TEST_NO_SKIP") == "1":
+            pytest.fail("the test images are missing (STRATA_IMAGES): make images")
+        pytest.skip("the test images are missing (STRATA_IMAGES): make images")
+    res = store.import_image("oci:%s/oci:instance" % images, branch="img")
+    assert res["config"]["working_dir"] == "/testbed"
+    with store.workspace("iw", from_="img", env={"EXTRA": "1"}) as ws:
+        r = ws.exec(["sh", "-c", "pwd; id -u; echo $EXTRA $TESTBED; echo x > x.txt; echo y > /opt/y"])
+        assert r.stdout == "/testbed\n0\n1 1\n", r
+        assert [c["path"] for c in ws.changes()] == ["testbed/x.txt"]
+    r = store.run(["sh", "-c", "echo z > z.txt"], from_="img", scope="all")
+    assert r.ok and r.diff["paths"] == ["testbed/z.txt"], r
+    with store.workspace("pw", from_="main", root="img", at="/testbed") as ws:
+        assert ws.exec(["sh", "-c", "pwd; cat a.txt; test -e /opt/env/secret && echo env"]).stdout == "/testbed\none\ntwo\nenv\n"
+    out = list(store.batch([Job(id="p", from_="main", root="img", at="/testbed", command="cat a.txt; pwd")], parallel=1))
+    assert out[0].ok and out[0].stdout == "one\ntwo\n/testbed\n", out[0]
+
+
 def test_pip_install_offline(tmp_path):
     """`pip install ./python` works with no index: the in-tree backend needs nothing."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -107,7 +107,7 @@ func (p *Planner) Command(target string, opts CommandOptions) (nsexec.Command, e
 	}
 	cmd := nsexec.Command{
 		Argv: opts.Argv,
-		Env:  mergeEnv(env, opts.Env),
+		Env:  MergeEnv(env, opts.Env),
 		Dir:  filepath.Clean(cwd),
 		TTY:  opts.TTY,
 	}
@@ -175,11 +175,11 @@ func HintNotFound(st nsexec.ExitStatus, cmd nsexec.Command, target string, warn 
 		return
 	}
 	shown := func(p string) bool {
-		if inSystemView(p) || within(p, target) {
+		if inSystemView(p) || Within(p, target) {
 			return true
 		}
 		for _, b := range cmd.Binds {
-			if within(p, b.Target) {
+			if Within(p, b.Target) {
 				return true
 			}
 		}
@@ -190,8 +190,8 @@ func HintNotFound(st nsexec.ExitStatus, cmd nsexec.Command, target string, warn 
 	}
 }
 
-// mergeEnv overlays extra K=V pairs on base.
-func mergeEnv(base, extra []string) []string {
+// MergeEnv overlays extra K=V pairs on base.
+func MergeEnv(base, extra []string) []string {
 	if len(extra) == 0 {
 		return base
 	}
@@ -239,7 +239,7 @@ func sandboxEnv(env []string) []string {
 	// `npm test` in a one-shot run); these are their documented switches.
 	for _, kv := range quietTools {
 		k, _, _ := strings.Cut(kv, "=")
-		if !hasEnv(env, k) {
+		if !HasEnv(env, k) {
 			out = append(out, kv)
 		}
 	}
@@ -249,7 +249,8 @@ func sandboxEnv(env []string) []string {
 // quietTools turns off update checks that a fresh HOME would trigger.
 var quietTools = []string{"NO_UPDATE_NOTIFIER=1", "npm_config_update_notifier=false", "PIP_DISABLE_PIP_VERSION_CHECK=1"}
 
-func hasEnv(env []string, key string) bool {
+// HasEnv reports whether env sets key.
+func HasEnv(env []string, key string) bool {
 	for _, kv := range env {
 		if k, _, _ := strings.Cut(kv, "="); k == key {
 			return true

@@ -134,17 +134,17 @@ func overlaps(a, b string) bool {
 	if a == "" || b == "" {
 		return false
 	}
-	return within(a, b) || within(b, a)
+	return Within(a, b) || Within(b, a)
 }
 
-// within reports whether p is dir or beneath it (clean, absolute paths).
-func within(p, dir string) bool {
+// Within reports whether p is dir or beneath it (clean, absolute paths).
+func Within(p, dir string) bool {
 	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 func inSystemView(p string) bool {
 	for _, d := range systemView {
-		if within(p, d) {
+		if Within(p, d) {
 			return true
 		}
 	}
@@ -210,7 +210,7 @@ func (pl *Planner) ViewBinds(env []string, o *SandboxOptions) (*ViewPlan, error)
 	home, _ := os.UserHomeDir()
 	for _, tc := range pathToolchains(envValue(env, "PATH"), home, pl.Home) {
 		add(tc.Dir, false)
-		if tc.Env != "" && !hasEnv(env, tc.Env) && !slices.ContainsFunc(p.Env, func(kv string) bool { return strings.HasPrefix(kv, tc.Env+"=") }) {
+		if tc.Env != "" && !HasEnv(env, tc.Env) && !slices.ContainsFunc(p.Env, func(kv string) bool { return strings.HasPrefix(kv, tc.Env+"=") }) {
 			p.Env = append(p.Env, tc.Env+"="+tc.Dir)
 		}
 	}

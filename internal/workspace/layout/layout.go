@@ -71,6 +71,15 @@ const (
 	CommittedIndex = "committed.idx"
 	// RunState names a one-shot run's process and base commit.
 	RunState = "run.json"
+	// RootConfig, in an image-rooted workspace's directory, holds what
+	// its commands get by default (environment, working directory), so
+	// that exec into its live keeper needs no store.
+	RootConfig = "root.json"
+	// RootUpper and RootWork are the root's own upper and work of a
+	// project on an environment (--root IMAGE --at PATH), beside the
+	// project's (upper.root.RANDOM after a reset).
+	RootUpper = Upper + ".root"
+	RootWork  = Work + ".root"
 )
 
 // Names in the tmpfs directories.
@@ -225,6 +234,11 @@ func RunStateFile(dir string) string { return filepath.Join(dir, RunState) }
 // workspace's current ones) with a random suffix.
 func FreshUpper(dir, suffix string) (upper, work string) {
 	return filepath.Join(dir, Upper+"."+suffix), filepath.Join(dir, Work+"."+suffix)
+}
+
+// FreshRootUpper names a new root upper and work directory in dir.
+func FreshRootUpper(dir, suffix string) (upper, work string) {
+	return filepath.Join(dir, RootUpper+"."+suffix), filepath.Join(dir, RootWork+"."+suffix)
 }
 
 // IsUpperOrWork reports whether name is that of an upper or work

@@ -89,6 +89,10 @@ class Job:
     """One job of :meth:`Store.batch` (the fields of a ``strata batch`` line).
 
     ``command`` is an argv list or a shell string; ``patch`` a patch's text.
+    ``from_`` an image commit makes the job image-rooted; ``root`` (an image)
+    with ``at`` (a path) runs ``from_`` as a project at ``at`` over that
+    image; ``scope`` ("project" or "all") is what an image-rooted job's diff
+    and commit cover.
     """
 
     command: Command
@@ -100,6 +104,9 @@ class Job:
     cwd: str = ""
     commit: str = ""
     keep: bool = False
+    root: str = ""
+    at: str = ""
+    scope: str = ""
 
     def to_json(self) -> Dict[str, Any]:
         j: Dict[str, Any] = {"cmd": list(self.command) if not isinstance(self.command, str) else self.command}
@@ -119,6 +126,9 @@ class Job:
             j["commit"] = self.commit
         if self.keep:
             j["keep"] = True
+        for k in ("root", "at", "scope"):
+            if getattr(self, k):
+                j[k] = getattr(self, k)
         return j
 
 
@@ -283,6 +293,19 @@ class Store:
             args += ["--exclude", g]
         return self._json(*args)
 
+    def import_image(self, src: str, *, branch: str = "main", platform: str = "",
+                     tls_verify: bool = True) -> Dict[str, Any]:
+        """Import the container image ``src`` (``docker://HOST/REPO:TAG`` or a bare reference,
+        ``oci:DIR[:TAG]``, ``docker-archive:FILE``) as ``branch``; layers the store has are
+        not read again. A workspace, run or batch job from it is image-rooted.
+        Returns strata's import report (``commit``, ``layers``, ``config``, ...)."""
+        args = ["import", "--image", src, "--branch", branch]
+        if platform:
+            args += ["--platform", platform]
+        if not tls_verify:
+            args.append("--tls-verify=false")
+        return self._json(*args)
+
     def import_git(self, repo: Union[str, "os.PathLike[str]"], rev: str = "", *, branch: str = "main",
                    message: str = "", with_ignored: Iterable[str] = ()) -> Dict[str, Any]:
         """Snapshot a git commit (``rev``, default HEAD) of ``repo``: tracked files, a working
@@ -311,11 +334,18 @@ class Store:
     # --- workspaces ------------------------------------------------------------
 
     def workspace(self, name: str, from_: str = "main", *, tmpfs: bool = False, branch: str = "",
-                  keep: bool = False) -> "Workspace":
+                  keep: bool = False, root: str = "", at: str = "", scope: str = "",
+                  env: Optional[Mapping[str, str]] = None, cwd: str = "") -> "Workspace":
         """Create workspace ``name`` from ``from_`` and return it.
 
         Used as a context manager it is removed on exit, uncommitted changes
-        and all, unless ``keep`` is set.
+        and all, unless ``keep`` is set. When ``from_`` is an image commit
+        (``strata import --image``, ``strata pull``) the workspace is
+        image-rooted: the image is its ``/``, its commands get the image's
+        environment (``env`` and ``cwd`` override it), and ``scope``
+        ("project", default, or "all") is what its diff and commits cover.
+        ``root`` (an image) with ``at`` puts ``from_`` as a project at ``at``
+        over that image instead.
         """
         args = ["ws", "create", name]
         if branch:
@@ -324,6 +354,15 @@ class Store:
             args += ["--from", from_]
         if tmpfs:
             args.append("--tmpfs")
+        if root:
+            args += ["--root", root]
+        if at:
+            args += ["--at", at]
+        if scope:
+            args += ["--scope", scope]
+        if cwd:
+            args += ["--cwd", cwd]
+        args += _env_flags(env)
         info = self._json(*args)
         return Workspace(self, name, info if isinstance(info, dict) else {}, keep=keep)
 
@@ -350,12 +389,17 @@ class Store:
     # --- runs ----------------------------------------------------------------------
 
     def run(self, command: Command, from_: str = "main", *, patch: str = "", timeout: Optional[float] = None,
-            env: Optional[Mapping[str, str]] = None, cwd: str = "", keep: bool = False, commit: str = "") -> RunResult:
+            env: Optional[Mapping[str, str]] = None, cwd: str = "", keep: bool = False, commit: str = "",
+            root: str = "", at: str = "", scope: str = "") -> RunResult:
         """Fork ``from_``, apply ``patch`` (its text), run ``command``, report, then discard the
-        workspace (or ``keep`` it, or ``commit`` its changes to a branch): ``strata run``."""
+        workspace (or ``keep`` it, or ``commit`` its changes to a branch): ``strata run``.
+        ``root``, ``at`` and ``scope`` as for :meth:`workspace`."""
         out_dir = tempfile.mkdtemp(prefix="stratafs-run-")
         try:
             args = ["run", "--from", from_, "--output", out_dir]
+            for flag, value in (("--root", root), ("--at", at), ("--scope", scope)):
+                if value:
+                    args += [flag, value]
             if timeout is not None:
                 args += ["--timeout", "%dms" % int(timeout * 1000)]
             if keep:
