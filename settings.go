@@ -3,9 +3,7 @@ package strata
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -39,16 +37,10 @@ const maxLayersLimit = 500
 // Settings returns the store's settings (defaults where unset).
 func (r *Repo) Settings() (Settings, error) {
 	r.settingsOnce.Do(func() {
-		b, err := os.ReadFile(r.layout.Settings())
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
-			r.settingsErr = err
-		default:
-			if err := json.Unmarshal(b, &r.settings); err != nil {
-				r.settingsErr = fmt.Errorf("%s: %w", r.layout.Settings(), err)
-			}
-		}
+		// One reader of the file for the CLI's two sides (the front
+		// reads it too, for the view's defaults).
+		s, err := workspace.ReadSettings(r.layout.Settings())
+		r.settings, r.settingsErr = Settings(s), err
 	})
 	return r.settings, r.settingsErr
 }

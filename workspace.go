@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/internal/workspace"
+	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/store"
 )
 
@@ -49,6 +49,11 @@ type WorkspaceOptions struct {
 	Env    []string
 	Cwd    string
 	RO, RW []string
+	// KeeperSpec writes the keeper's spec file at create, so that the
+	// strata front's first exec starts the keeper without the store
+	// (docs/hotpath.md); the CLI sets it. Without it the first keeper
+	// start writes the file.
+	KeeperSpec bool
 }
 
 // Workspace describes a workspace.
@@ -73,12 +78,7 @@ type Workspace struct {
 // ValidateWorkspaceName checks a workspace name: 1-64 letters, digits, '.',
 // '_' or '-', not starting with a punctuation character.
 func ValidateWorkspaceName(name string) error {
-	ok := len(name) >= 1 && len(name) <= 64 && isAlnum(name[0])
-	for i := 1; ok && i < len(name); i++ {
-		c := name[i]
-		ok = isAlnum(c) || c == '.' || c == '_' || c == '-'
-	}
-	if !ok || strings.HasSuffix(name, ".lock") || strings.Contains(name, "..") {
+	if !layout.ValidName(name) {
 		return fmt.Errorf("workspace name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit: %w", name, ErrInvalidName)
 	}
 	// `diff main`, `apply HEAD`: these always name the ref, never a
@@ -87,10 +87,6 @@ func ValidateWorkspaceName(name string) error {
 		return fmt.Errorf("workspace name %q is reserved: it reads as a ref (`strata diff %s`); pick another: %w", name, name, ErrInvalidName)
 	}
 	return nil
-}
-
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // CreateWorkspace makes a workspace on a new branch (ws/NAME by default)
@@ -216,6 +212,11 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		undo()
 		return nil, err
 	}
+	if opts.KeeperSpec {
+		// What its keeper will mount, for the front's first exec (a
+		// cache: without it that exec goes through strata-core).
+		_ = r.ws.WriteSpec(ctx, rec)
+	}
 	return r.describe(rec), nil
 }
 
@@ -326,6 +327,7 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 		return fmt.Errorf("workspace %q has uncommitted changes (%s): commit them, or remove it with --force to discard them: %w",
 			name, rec.Upper, ErrConflict)
 	}
+	workspace.InvalidateSpec(rec.Dir) // no front starts it while it goes
 	if err := workspace.Stop(ctx, rec.Dir); err != nil {
 		return err
 	}

@@ -160,6 +160,11 @@ type Command struct {
 	// Warn, when not nil, is told what the kernel cannot enforce of
 	// Policy (sandbox.Plan.Warnings), before the command starts.
 	Warn func(string)
+	// Started, when not nil, is called once the keeper has started the
+	// command: an error Exec returns before that means nothing ran, and
+	// the caller may try again another way (the front hands over to
+	// strata-core).
+	Started func()
 	// NetNone runs the command in a private network namespace with only
 	// the loopback interface, up.
 	NetNone bool
@@ -211,6 +216,9 @@ type Keeper struct {
 	Target string
 	// Started is when the keeper became ready.
 	Started time.Time
+	// Fresh: this StartKeeper call started it (rather than finding it
+	// running, or started by another process meanwhile).
+	Fresh bool
 }
 
 // Path returns a host path of the merged view: /proc/PID/root + Target.

@@ -153,11 +153,22 @@ func planPolicy(c *wireCommand) (*wireCommand, []string, error) {
 // about 0.15 ms) when nothing has to be dropped: as real root, or once
 // clearAmbientCaps has made every execve drop the capabilities.
 func startCommand(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
+	var policy string
+	if c.Policy != nil {
+		policy = c.Policy.Key()
+	}
 	c, warnings, err := planPolicy(c)
 	if err != nil {
 		return nil, err
 	}
-	s, err := startPlanned(r, c, files, dir, caps, v)
+	var s *started
+	launched := false
+	if l := launcherFor(policy, c, caps, v); l != nil {
+		s, err, launched = l.start(r, c, files, dir)
+	}
+	if !launched {
+		s, err = startPlanned(r, c, files, dir, caps, v)
+	}
 	if s != nil {
 		s.warnings = warnings
 	}
@@ -272,36 +283,17 @@ func clearAmbientCaps() {
 // working directory, the command's lookup, Landlock's paths — is the
 // view's.
 func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps capsPolicy, v *view) (*started, error) {
-	if len(c.Argv) == 0 || c.Argv[0] == "" {
-		return nil, errors.New("empty command")
-	}
-	if len(files) != 3 {
-		return nil, fmt.Errorf("want 3 descriptors (stdin, stdout, stderr), got %d", len(files))
+	if err := checkCommand(c, files); err != nil {
+		return nil, err
 	}
 	if c.View {
 		if err := v.enter(c.Binds); err != nil {
 			return nil, err
 		}
 	}
-	if c.Dir != "" {
-		dir = c.Dir
-	}
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("working directory %q is not absolute", dir)
-	}
-	if fi, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %s: not a directory", dir)
-	}
-	notRun := func(code int, msg string) (*started, error) {
-		// Like a shell: "sh: 1: foo: not found", "bash: ./x: Permission denied".
-		unix.Write(files[2], []byte("strata: "+c.Argv[0]+": "+msg+"\n"))
-		return &started{notRun: &ExitStatus{Code: code}}, nil
-	}
-	path, code, msg := lookPath(c.Argv[0], envValue(c.Env, "PATH", defaultPath), dir)
-	if code != 0 {
-		return notRun(code, msg)
+	path, dir, notRun, err := resolveCommand(c, files, dir)
+	if notRun != nil || err != nil {
+		return notRun, err
 	}
 
 	var cred *syscall.Credential
@@ -316,13 +308,64 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps 
 			return nil, fmt.Errorf("image root: %w", err)
 		}
 	}
+	if err := confine(c, caps); err != nil {
+		return nil, err
+	}
+	return forkCommand(r, c, files, path, dir, cred)
+}
 
+// checkCommand rejects a request no command can come of.
+func checkCommand(c *wireCommand, files []int) error {
+	if len(c.Argv) == 0 || c.Argv[0] == "" {
+		return errors.New("empty command")
+	}
+	if len(files) != 3 {
+		return fmt.Errorf("want 3 descriptors (stdin, stdout, stderr), got %d", len(files))
+	}
+	return nil
+}
+
+// resolveCommand checks c's working directory (dir by default) and finds
+// its program, as the calling thread sees them: the path to execute and
+// the directory, or the status of a command that cannot be executed
+// (127, 126) with a shell's message on its stderr.
+func resolveCommand(c *wireCommand, files []int, dir string) (string, string, *started, error) {
+	if c.Dir != "" {
+		dir = c.Dir
+	}
+	if !filepath.IsAbs(dir) {
+		return "", "", nil, fmt.Errorf("working directory %q is not absolute", dir)
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return "", "", nil, fmt.Errorf("working directory: %w", err)
+	} else if !fi.IsDir() {
+		return "", "", nil, fmt.Errorf("working directory %s: not a directory", dir)
+	}
+	path, code, msg := lookPath(c.Argv[0], envValue(c.Env, "PATH", defaultPath), dir)
+	if code != 0 {
+		return "", "", notRun(c, files, code, msg), nil
+	}
+	return path, dir, nil, nil
+}
+
+// notRun reports a command that could not be executed, like a shell:
+// "sh: 1: foo: not found", "bash: ./x: Permission denied".
+func notRun(c *wireCommand, files []int, code int, msg string) *started {
+	unix.Write(files[2], []byte("strata: "+c.Argv[0]+": "+msg+"\n"))
+	return &started{notRun: &ExitStatus{Code: code}}
+}
+
+// confine applies c's sandbox to the calling thread: a private network
+// namespace, Landlock, the capabilities it keeps, seccomp — each of
+// which Linux applies to this thread only, and every process it forks
+// inherits.
+func confine(c *wireCommand, caps capsPolicy) error {
 	if c.NetNone {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return nil, fmt.Errorf("private network namespace: unshare(CLONE_NEWNET): %w", err)
+			return fmt.Errorf("private network namespace: unshare(CLONE_NEWNET): %w", err)
 		}
 		if err := loopbackUp(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if c.Landlock != nil {
@@ -333,20 +376,24 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps 
 		// do without the flag.
 		rs.KernelABI = min(rs.KernelABI, 7)
 		if err := landlock.Apply(&rs); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if caps.drop {
 		if err := dropCapabilities(caps.keep); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if len(c.Seccomp) > 0 {
 		if err := loadSeccomp(c.Seccomp); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
+// forkCommand starts c's program at path in dir from the calling thread.
+func forkCommand(r *reaper, c *wireCommand, files []int, path, dir string, cred *syscall.Credential) (*started, error) {
 	sys := &syscall.SysProcAttr{Credential: cred}
 	if c.TTY {
 		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
@@ -367,9 +414,9 @@ func startOnThisThread(r *reaper, c *wireCommand, files []int, dir string, caps 
 	case c.TTY && errors.Is(err, unix.ENOTTY):
 		return nil, errors.New("TTY: the command's stdin is not a terminal")
 	case errors.Is(err, unix.ENOENT):
-		return notRun(127, "No such file or directory")
+		return notRun(c, files, 127, "No such file or directory"), nil
 	case errors.As(err, &errno) && errno != unix.ENOMEM && errno != unix.EAGAIN:
-		return notRun(126, errnoText(errno))
+		return notRun(c, files, 126, errnoText(errno)), nil
 	}
 	return nil, fmt.Errorf("start %s: %w", c.Argv[0], err)
 }

@@ -144,6 +144,9 @@ func Exec(ctx context.Context, dir string, cmd Command, stdin, stdout, stderr *o
 				return ExitStatus{}, fmt.Errorf("nsexec: exec in %s: %w", dir, r.m.Error.err())
 			case r.m.Started > 0:
 				started = true
+				if cmd.Started != nil {
+					cmd.Started()
+				}
 			case r.m.Exited != nil:
 				if done == nil {
 					return *r.m.Exited, ctx.Err()

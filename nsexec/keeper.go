@@ -3,7 +3,6 @@ package nsexec
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -81,8 +80,8 @@ func readInfo(dir string) (*keeperInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nsexec: %w", err)
 	}
-	info := new(keeperInfo)
-	if err := json.Unmarshal(b, info); err != nil || info.PID <= 0 {
+	info, err := decodeInfo(b)
+	if err != nil || info.PID <= 0 {
 		// A torn file cannot be: it is written by rename.
 		return nil, fmt.Errorf("%w: %s: unreadable %s", ErrNotRunning, dir, infoName)
 	}
@@ -247,7 +246,7 @@ func startLocked(ctx context.Context, spec *Spec, lock *os.File) (*Keeper, error
 		if err != nil {
 			return fail(err)
 		}
-		return &Keeper{PID: info.PID, Target: info.Target, Started: info.Started}, nil
+		return &Keeper{PID: info.PID, Target: info.Target, Started: info.Started, Fresh: true}, nil
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fail(fmt.Errorf("keeper %s: not ready: %w", spec.Name, context.Cause(ctx)))
 	}

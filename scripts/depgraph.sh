@@ -14,6 +14,8 @@ M=github.com/stratafs/strata
 RULES=$(cat <<'RULES'
 nodeps nsexec modernc.org/sqlite github.com/go-git/ github.com/seccomp/ runtime/cgo  # the hot path links no SQLite, go-git or cgo
 nodeps internal/workspace/layout modernc.org/sqlite github.com/go-git/ github.com/seccomp/ runtime/cgo  # the hot path finds workspaces through it
+nodeps internal/workspace/hotpath modernc.org/sqlite github.com/go-git/ github.com/seccomp/ runtime/cgo github.com/stratafs/strata/store  # the front plans commands with it
+nodeps internal/cliargs github.com/urfave/ github.com/go-git/ golang.org/ modernc.org/  # standard library only: the front orders its arguments with it
 nodeps cmd/strata modernc.org/sqlite github.com/go-git/ github.com/google/go-containerregistry github.com/urfave/ github.com/seccomp/ runtime/cgo net/http  # the front is the hot path (docs/hotpath.md)
 nodeps cmd/strata-core github.com/seccomp/    # the CLI builds with CGO_ENABLED=0 and links no libseccomp (docs/hotpath.md)
 nodeps cmd/strata-init modernc.org/sqlite github.com/go-git/ github.com/seccomp/ runtime/cgo  # CGO_ENABLED=0 static binary

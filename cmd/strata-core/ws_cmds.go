@@ -49,6 +49,7 @@ func wsCommand(e *env) *cli.Command {
 						From: c.String("from"), Branch: c.String("branch"), Tmpfs: c.Bool("tmpfs"), SubIDs: c.Bool("subids"),
 						Root: c.String("root"), At: c.String("at"), Scope: c.String("scope"),
 						Env: c.StringSlice("env"), Cwd: c.String("cwd"), RO: c.StringSlice("ro"), RW: c.StringSlice("rw"),
+						KeeperSpec: true, // the front's first exec starts the keeper (docs/hotpath.md)
 					})
 					if err != nil {
 						return err

@@ -188,6 +188,10 @@ func (m *Manager) Reset(ctx context.Context, rec *Record, baseTree, content stor
 	if err != nil {
 		return nil, err
 	}
+	// The keeper will mount another tree: its spec file goes first, so
+	// that no front starts the old one meanwhile (a failed reset only
+	// costs the next exec a trip through strata-core).
+	InvalidateSpec(rec.Dir)
 	return b.Reset(ctx, rec, baseTree, content)
 }
 

@@ -2,8 +2,8 @@ package workspace
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/stratafs/strata/internal/workspace/hotpath"
 	"github.com/stratafs/strata/nsexec"
 )
 
@@ -17,20 +17,13 @@ var ErrNeedSubIDNS = nsexec.ErrNeedSubIDNS
 // ErrInvalidArgument marks bad input other than a name (a flag value, a
 // batch job, a patch, a range). Errors in this category carry their whole
 // explanation; the sentinel adds no text to them (Invalidf). The root
-// package re-exports it as strata.ErrInvalidArgument.
-var ErrInvalidArgument = errors.New("invalid argument")
-
-// invalidError is an ErrInvalidArgument whose message is only its own.
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == ErrInvalidArgument }
+// package re-exports it as strata.ErrInvalidArgument; it is hotpath's, which
+// plans commands for the front too.
+var ErrInvalidArgument = hotpath.ErrInvalidArgument
 
 // Invalidf returns an ErrInvalidArgument error with the formatted message,
 // without a ": invalid argument" suffix.
-func Invalidf(format string, args ...any) error {
-	return &invalidError{fmt.Sprintf(format, args...)}
-}
+func Invalidf(format string, args ...any) error { return hotpath.Invalidf(format, args...) }
 
 // ErrUnsupported: the kernel or user lacks a feature (strata doctor).
 var ErrUnsupported = errors.ErrUnsupported

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/stratafs/strata/internal/workspace/hotpath"
 	"github.com/stratafs/strata/nsexec"
 )
 
@@ -49,6 +50,18 @@ func Stop(ctx context.Context, dir string) error {
 	}
 	return err
 }
+
+// The shell's terminal (hotpath, shared with the front).
+var (
+	// DefaultShell is $SHELL, then /bin/bash, then /bin/sh.
+	DefaultShell = hotpath.DefaultShell
+	// IsTerminal reports whether a file is a terminal.
+	IsTerminal = hotpath.IsTerminal
+	// OpenHostPTY opens a pty pair on the host's devpts.
+	OpenHostPTY = hotpath.OpenPTY
+	// OnTerminal runs a command on the caller's terminal through a pty.
+	OnTerminal = hotpath.OnTerminal
+)
 
 // OpenPTY opens a pty pair in workspace name's view (its own devpts), for
 // a sandboxed shell.

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/stratafs/strata/internal/workspace/hotpath"
 	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/overlayfs"
@@ -14,15 +13,13 @@ import (
 	"github.com/stratafs/strata/store"
 )
 
-// Settings are the store's settings the lifecycle obeys.
-type Settings struct {
-	// MaxLayers is the deepest layer stack a workspace mounts (0:
-	// snapshot.DefaultMaxDepth).
-	MaxLayers int
-	// ViewRO and ViewRW are host paths every sandboxed command sees
-	// (`strata init --ro/--rw`).
-	ViewRO, ViewRW []string
-}
+// Settings are the store's settings the lifecycle obeys (its settings
+// file, read by hotpath.ReadSettings).
+type Settings = hotpath.Settings
+
+// ReadSettings reads the store's settings file; a missing one is the
+// defaults.
+func ReadSettings(file string) (Settings, error) { return hotpath.ReadSettings(file) }
 
 // Bind is a bind mount into a workspace's namespace (nsexec.Bind).
 type Bind = nsexec.Bind
@@ -186,23 +183,5 @@ func (m *Manager) Features(ctx context.Context) (overlayfs.Features, error) {
 // is computed and mounted, exclusive while gc evicts layers. The returned
 // function releases it.
 func (m *Manager) LayerLock(exclusive bool) (func(), error) {
-	f, err := os.OpenFile(m.Layout.LayersLock(), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	how := unix.LOCK_SH
-	if exclusive {
-		how = unix.LOCK_EX
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("layer lock: %w", err)
-	}
-	return func() { f.Close() }, nil
+	return hotpath.LayerLock(m.Layout.LayersLock(), exclusive)
 }

@@ -62,6 +62,9 @@ func (o overlay) Start(ctx context.Context, rec *Record) (*Keeper, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Written before the start: a reset that removes it (InvalidateSpec)
+	// while the keeper starts must not find it written again after.
+	o.m.saveSpec(rec, spec)
 	return nsexec.StartKeeper(ctx, spec)
 }
 

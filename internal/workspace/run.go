@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stratafs/strata/internal/textdiff"
+	"github.com/stratafs/strata/internal/workspace/hotpath"
 	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/overlayfs"
@@ -156,7 +157,7 @@ func (r *Run) Exec(ctx context.Context, c *Command, io Stdio) (ExitStatus, error
 	status, err := nsexec.Run(ctx, c.spec, c.cmd, io.Stdin, io.Stdout, io.Stderr)
 	r.release()
 	if err == nil && r.root == nil {
-		hintNotFound(status, c.cmd, c.spec.Target, c.warn)
+		hotpath.HintNotFound(status, c.cmd, c.spec.Target, c.warn)
 	}
 	return status, err
 }

@@ -3,9 +3,8 @@ package workspace
 import (
 	"context"
 	"os"
-	"path/filepath"
 
-	"github.com/stratafs/strata/internal/workspace/layout"
+	"github.com/stratafs/strata/internal/workspace/hotpath"
 	"github.com/stratafs/strata/nsexec"
 	"github.com/stratafs/strata/overlayfs"
 )
@@ -44,18 +43,10 @@ func (m *Manager) buildSpec(mt mount, feat overlayfs.Features) nsexec.Spec {
 	}
 }
 
-// mountTarget is where a workspace appears inside its namespace: at the
-// directory its commit was imported from (source), so that absolute paths
-// in the project (.venv scripts, shebangs, configs) keep working — when
-// that is an existing directory; otherwise at DIR/merged.
-func mountTarget(dir, source string) string {
-	if source != "" && filepath.IsAbs(source) {
-		if fi, err := os.Stat(source); err == nil && fi.IsDir() {
-			return filepath.Clean(source)
-		}
-	}
-	return layout.MergedDir(dir)
-}
+// mountTarget is where a workspace appears inside its namespace
+// (hotpath.MountTarget, which the front checks a spec file's target
+// with).
+func mountTarget(dir, source string) string { return hotpath.MountTarget(dir, source) }
 
 // Spec builds what a keeper needs to serve workspace rec (overlay): its
 // layer stack, upper and work, and the view of the store's defaults and

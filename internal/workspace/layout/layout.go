@@ -57,6 +57,11 @@ const (
 	KeeperSock = "keeper.sock"
 	KeeperInfo = "keeper.json"
 	KeeperLog  = "keeper.log"
+	// KeeperSpec is what the keeper of the workspace mounts, written by
+	// the lifecycle when it creates or starts the workspace, so that
+	// the front (cmd/strata) can start the keeper without the store
+	// (internal/workspace/hotpath, docs/hotpath.md).
+	KeeperSpec = "keeper.spec"
 	// A commit's freeze: the marker naming the freezing process, and the
 	// lock that makes two freezes take turns (package nsexec).
 	Frozen     = "frozen"
@@ -86,6 +91,24 @@ const (
 	// sweep of every store's runs (its mtime says when).
 	SweepMarker = ".swept"
 )
+
+// ValidName reports whether name may name a workspace: 1-64 letters,
+// digits, '.', '_' or '-', starting with a letter or digit, without ".."
+// and not ending in ".lock" (a workspace's name is a directory name under
+// the home and part of its branch's name). Names that read as refs
+// (main, HEAD) are refused by the root package on top of this.
+func ValidName(name string) bool {
+	ok := len(name) >= 1 && len(name) <= 64 && isAlnum(name[0])
+	for i := 1; ok && i < len(name); i++ {
+		c := name[i]
+		ok = isAlnum(c) || c == '.' || c == '_' || c == '-'
+	}
+	return ok && !strings.HasSuffix(name, ".lock") && !strings.Contains(name, "..")
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
 
 // Layout is the paths of one store.
 type Layout struct {
@@ -193,6 +216,9 @@ func KeeperSocket(dir string) string { return filepath.Join(dir, KeeperSock) }
 
 // KeeperInfoFile is the keeper's pid and mount target in dir.
 func KeeperInfoFile(dir string) string { return filepath.Join(dir, KeeperInfo) }
+
+// KeeperSpecFile is the keeper spec file of the workspace directory dir.
+func KeeperSpecFile(dir string) string { return filepath.Join(dir, KeeperSpec) }
 
 // MergedDir is the fallback mount point of the workspace directory dir.
 func MergedDir(dir string) string { return filepath.Join(dir, Merged) }

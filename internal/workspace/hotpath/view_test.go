@@ -1,4 +1,4 @@
-package workspace
+package hotpath
 
 import (
 	"os"
@@ -48,7 +48,7 @@ func TestPathToolchains(t *testing.T) {
 func TestCheckBind(t *testing.T) {
 	base := t.TempDir()
 	home := filepath.Join(base, "data", "strata")
-	m := &Manager{Layout: layout.New(home)}
+	m := &Planner{Home: layout.New(home).Home()}
 	os.MkdirAll(home, 0o700)
 	os.MkdirAll(filepath.Join(base, "tools"), 0o755)
 	for _, tc := range []struct {
@@ -80,7 +80,7 @@ func TestNotFoundHint(t *testing.T) {
 	os.WriteFile(filepath.Join(ws, "script"), []byte("#!/usr/bin/env python9\n"), 0o755)
 	os.WriteFile(filepath.Join(ws, "direct"), []byte("#!"+filepath.Join(bin, "python9")+" -u\n"), 0o755)
 	env := []string{"PATH=" + bin + ":/usr/bin"}
-	shown := func(p string) bool { return inSystemView(p) || within(p, ws) }
+	shown := func(p string) bool { return inSystemView(p) || Within(p, ws) }
 	want := "--ro " + filepath.Join(home, ".pyenv")
 	for _, argv := range [][]string{{"python9", "-c", "1"}, {"./script"}, {"./direct"}} {
 		if h := notFoundHint(argv, env, ws, shown); !strings.Contains(h, want) {

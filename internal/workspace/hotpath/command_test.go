@@ -1,4 +1,4 @@
-package workspace
+package hotpath
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 )
 
 func TestMergeEnv(t *testing.T) {
-	got := mergeEnv([]string{"A=1", "B=2", "C=3"}, []string{"B=20", "D=4", "A=10"})
+	got := MergeEnv([]string{"A=1", "B=2", "C=3"}, []string{"B=20", "D=4", "A=10"})
 	want := []string{"A=10", "B=20", "C=3", "D=4"}
 	if !slices.Equal(got, want) {
 		t.Errorf("mergeEnv = %q; want %q", got, want)
