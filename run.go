@@ -32,6 +32,9 @@ type RunOptions struct {
 	PatchData []byte // a git-style unified diff applied before the command
 	PatchName string // where PatchData came from, for messages
 	Disk      bool   // upper on disk instead of a tmpfs
+	// Backend makes the run's tree (WorkspaceOptions.Backend): a
+	// reflink or copy run clones its base on disk.
+	Backend string
 	// SubIDs maps the user's subordinate ids (WorkspaceOptions.SubIDs);
 	// rootless, the caller runs in their namespace (nsexec.EnterSubIDs).
 	SubIDs  bool
@@ -81,7 +84,7 @@ func (opts RunOptions) check() error {
 			return invalidf("--protect %q: %v", g, err)
 		}
 	}
-	return nil
+	return workspace.CheckBackend(opts.Backend)
 }
 
 // RunResult is the one result object of a run (`run --json`).
@@ -94,6 +97,7 @@ type RunResult struct {
 	Workspace string   `json:"workspace,omitempty"` // kept as
 	Commit    store.ID `json:"commit,omitempty"`
 	Branch    string   `json:"branch,omitempty"`
+	Backend   string   `json:"backend"`
 	Diff      DiffStat `json:"diff"`
 	// Violations are the policy check's findings; with any, nothing was
 	// committed.
@@ -167,9 +171,19 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 		return nil, err
 	}
 
-	// Fork: a run directory with upper and work, registered by its pid.
-	run, err := r.ws.NewRun(res.ID, opts.Disk)
+	backend, err := r.chooseBackend(ctx, opts.Backend, base.Stats, func(m string) { warnf(opts.Warn, m) })
 	if err != nil {
+		return nil, err
+	}
+	res.Backend = backend
+
+	// Fork: a run directory with upper and work, registered by its pid.
+	run, err := r.ws.NewRun(res.ID, opts.Disk || workspace.IsPlain(backend))
+	if err != nil {
+		return nil, err
+	}
+	if err := run.SetBackend(backend); err != nil {
+		run.Discard()
 		return nil, err
 	}
 	keepDir := false

@@ -35,6 +35,13 @@ type WorkspaceOptions struct {
 	// reading its changes then need their user namespace: the caller
 	// runs nsexec.EnterSubIDs first, as the strata CLI does.
 	SubIDs bool
+	// Backend makes the workspace's writable tree: "overlay", "reflink",
+	// "copy" or "auto" (backend.go); "" is the store's default
+	// (`strata init --backend`), auto when it has none.
+	Backend string
+	// Warn receives what the caller should know of the choice (auto
+	// choosing copy names its cost).
+	Warn func(msg string)
 }
 
 // Workspace describes a workspace.
@@ -52,6 +59,7 @@ type Workspace struct {
 	Path      string   `json:"path,omitempty"`   // host path of the merged view, when running
 	Changes   int64    `json:"changes_bytes"`    // bytes in the upper directory
 	CreatedNs int64    `json:"created_ns"`
+	Backend   string   `json:"backend"` // overlay, reflink or copy
 }
 
 // ValidateWorkspaceName checks a workspace name: 1-64 letters, digits, '.',
@@ -103,6 +111,7 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 	// Resolve the base first, so that a bad ref costs nothing on disk.
 	var base store.ID
 	var source, fromBranch string
+	var baseStats store.CommitStats
 	createBranch := true
 	if err := st.View(ctx, func(tx *store.Tx) error {
 		if _, err := tx.Workspace(name); err == nil {
@@ -137,8 +146,13 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 			return err
 		}
 		source = c.Source
+		baseStats = c.Stats
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	backend, err := r.chooseBackend(ctx, opts.Backend, baseStats, opts.Warn)
+	if err != nil {
 		return nil, err
 	}
 
@@ -149,7 +163,7 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 	// changes nothing.
 	rec := &workspace.Record{
 		Name: name, Branch: branch, Base: base, CreatedNs: time.Now().UnixNano(),
-		Backend: workspace.BackendOverlay, Tmpfs: opts.Tmpfs, SubIDs: opts.SubIDs, Source: source,
+		Backend: backend, Tmpfs: opts.Tmpfs, SubIDs: opts.SubIDs, Source: source,
 		CreatedBranch: createBranch, Fork: base.String(), MountBase: base.String(), FromBranch: fromBranch,
 	}
 	undo, err := r.ws.Create(ctx, rec)
@@ -195,6 +209,7 @@ func (r *Repo) describe(rec *workspace.Record) *Workspace {
 	out := &Workspace{
 		Name: rec.Name, Branch: rec.Branch, Base: rec.Base, Dir: rec.Dir, Upper: rec.Upper,
 		Tmpfs: rec.Tmpfs, SubIDs: rec.SubIDs, Source: rec.Source, State: "stopped", CreatedNs: rec.CreatedNs,
+		Backend: rec.Backend,
 	}
 	if k := workspace.Running(rec.Dir); k != nil {
 		out.State, out.PID, out.Path = "running", k.PID, k.Path()
@@ -243,11 +258,11 @@ func (r *Repo) keeper(ctx context.Context, name string) (*workspace.Keeper, erro
 // be read and written (the keeper's /proc/PID/root view), starting its
 // keeper if needed. It stays valid while the keeper runs.
 func (r *Repo) WorkspacePath(ctx context.Context, name string) (string, error) {
-	k, err := r.keeper(ctx, name)
-	if err != nil {
+	if err := ValidateWorkspaceName(name); err != nil {
 		return "", err
 	}
-	return k.Path(), nil
+	// A reflink or copy workspace's tree is a directory of its own.
+	return r.ws.Path(ctx, name)
 }
 
 // StopWorkspace ends every process in the workspace and unmounts it; the

@@ -149,6 +149,17 @@ func clone(ctx context.Context, s *store.Store, cache *LayerCache, commit store.
 	return cloneInto(ctx, storeReader{s}, tree, lowers, dir, opts, cfg)
 }
 
+// CloneStack is Clone of a tree that no commit's stack holds as such:
+// lowers (topmost first, in opts.Layers' flavour) must show it the way
+// overlayfs would merge them — a commit's stack with a delta written by
+// WriteDelta on top (a rebased workspace's new tree).
+func CloneStack(ctx context.Context, s *store.Store, tree store.ID, lowers []string, dir string, opts CloneOptions) (*CloneResult, error) {
+	if err := opts.Layers.check(); err != nil {
+		return nil, err
+	}
+	return cloneInto(ctx, storeReader{s}, tree, lowers, dir, opts, cloneConfig{})
+}
+
 // cloneInto writes tree into dir from the layers lowers (topmost first),
 // which must hold tree (a stack as LayerCache builds it).
 func cloneInto(ctx context.Context, r objectReader, tree store.ID, lowers []string, dir string, opts CloneOptions, cfg cloneConfig) (res *CloneResult, err error) {

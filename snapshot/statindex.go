@@ -509,3 +509,22 @@ func CopyIndex(src, dst string, dev uint64) (*IndexInfo, error) {
 	n, _ := binary.Uvarint(b[devAt+24:])
 	return &IndexInfo{Entries: int(n), Bytes: int64(len(b)), Multigrain: binary.LittleEndian.Uint32(b[len(indexMagic)+4:])&1 != 0}, nil
 }
+
+// EmptyIndex is a stat index of the directory dir holding nothing (its
+// base the empty tree): a scan against it reports every entry as added,
+// and ApplyUpper of that onto the empty tree (store.ZeroID) reads the
+// whole directory — what a workspace whose index is lost falls back to.
+func EmptyIndex(dir string) (*StatIndex, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	idx := &StatIndex{Dev: st.Dev, RecordedNs: time.Now().UnixNano()}
+	idx.Multigrain, idx.MarginNs = timestampRule(fd, st.Dev)
+	return idx, nil
+}

@@ -31,6 +31,7 @@ func runCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "cwd", Usage: "working directory: relative to the workspace root, or absolute as the command sees it"},
 			&cli.StringSliceFlag{Name: "env", Usage: "K=V added to the command's environment (repeatable)"},
 			subIDsFlag(),
+			backendFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 1 {
@@ -48,7 +49,7 @@ func runCommand(e *env) *cli.Command {
 				Keep: c.Bool("keep"), CommitBranch: c.String("commit"), Protect: c.StringSlice("protect"),
 				Output: c.String("output"), Argv: c.Args().Slice(), Env: c.StringSlice("env"), Cwd: c.String("cwd"),
 				Sandbox: sb, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Warn: e.warn,
-				SubIDs: c.Bool("subids"),
+				SubIDs: c.Bool("subids"), Backend: c.String("backend"),
 			}
 			if e.json && opts.Output == "" {
 				// stdout carries the result object; the command's output
@@ -134,6 +135,7 @@ func batchCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "shard", Usage: "run one shard: K/N runs the jobs whose 0-based index is K mod N; auto reads $JOB_COMPLETION_INDEX (with --shards N) or $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT"},
 			&cli.IntFlag{Name: "shards", Usage: "with --shard auto under a Kubernetes Indexed Job: the number of shards (the job's completions)"},
 			subIDsFlag(),
+			backendFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -162,7 +164,7 @@ func batchCommand(e *env) *cli.Command {
 			sum, err := r.Batch(c.Context, c.Args().First(), e.stdout, strata.BatchOptions{
 				Parallel: c.Int("parallel"), Out: c.String("out"), Output: c.String("output"), Sandbox: sb, SubIDs: c.Bool("subids"),
 				Progress: func(done, total int) { p.update("batch", int64(done), int64(total), false) },
-				Kind:     strata.Kind, Shard: shard, Shards: shards,
+				Kind:     strata.Kind, Shard: shard, Shards: shards, Backend: c.String("backend"),
 			})
 			p.done()
 			if err != nil {
@@ -183,6 +185,11 @@ func batchCommand(e *env) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// backendFlag is --backend of ws create, run and batch.
+func backendFlag() cli.Flag {
+	return &cli.StringFlag{Name: "backend", DefaultText: "the store's, else auto", Usage: "how the writable tree is made: overlay, reflink (a clone, on XFS or Btrfs), copy, or auto (overlay where user namespaces work, else reflink, else copy)"}
 }
 
 func subIDsFlag() cli.Flag {

@@ -28,6 +28,7 @@ func wsCommand(e *env) *cli.Command {
 					&cli.StringFlag{Name: "branch", Usage: "bind to this branch (created at --from if missing) instead of ws/NAME"},
 					&cli.BoolFlag{Name: "tmpfs", Usage: "keep changes on a tmpfs (/dev/shm): faster, lost at reboot"},
 					subIDsFlag(),
+					backendFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 1 {
@@ -40,12 +41,13 @@ func wsCommand(e *env) *cli.Command {
 					defer r.Close()
 					w, err := r.CreateWorkspace(c.Context, c.Args().First(), strata.WorkspaceOptions{
 						From: c.String("from"), Branch: c.String("branch"), Tmpfs: c.Bool("tmpfs"), SubIDs: c.Bool("subids"),
+						Backend: c.String("backend"), Warn: func(m string) { e.warn("", m) },
 					})
 					if err != nil {
 						return err
 					}
 					return e.out(w, func(o io.Writer) {
-						fmt.Fprintf(o, "workspace %s on branch %s at %s\n", w.Name, w.Branch, w.Base.Short())
+						fmt.Fprintf(o, "workspace %s on branch %s at %s%s\n", w.Name, w.Branch, w.Base.Short(), backendNote(w.Backend))
 					})
 				},
 			},
@@ -81,6 +83,7 @@ func wsCommand(e *env) *cli.Command {
 						if w.SubIDs {
 							state += " (subids)"
 						}
+						state += backendNote(w.Backend)
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.Name, w.Branch, w.Base.Short(), state, ibytes(w.Changes))
 					}
 					return tw.Flush()
@@ -281,4 +284,12 @@ func (e *env) runInWorkspace(c *cli.Context, name string, argv []string, shell b
 		return &exitCode{code: st.Code}
 	}
 	return nil
+}
+
+// backendNote marks a workspace of another backend than overlay.
+func backendNote(b string) string {
+	if b == "" || b == strata.BackendOverlay {
+		return ""
+	}
+	return " (" + b + ")"
 }
