@@ -14,6 +14,7 @@ import (
 
 	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/overlayfs"
 )
 
 // Choice is what ChooseBackend chose, and why.
@@ -62,14 +63,13 @@ func (m *Manager) ChooseBackend(ctx context.Context, backend string, treeFiles, 
 		return Choice{Backend: backend, Why: "asked for"}, nil
 	}
 	c := Choice{}
-	if RealRoot() {
-		c.Backend, c.Why = BackendOverlay, "real root mounts overlays without a user namespace"
-		return c, nil
-	}
 	d := m.userNS(ctx)
 	c.UserNS = d.Cause
 	if d.Cause == nsexec.UserNSWorks {
 		c.Backend, c.Why = BackendOverlay, "user namespaces work"
+		if RealRoot() {
+			c.Why = "real root mounts overlays in a mount namespace of its own"
+		}
 		return c, nil
 	}
 	c.Reflink = m.canReflink()
@@ -85,8 +85,10 @@ func (m *Manager) ChooseBackend(ctx context.Context, backend string, treeFiles, 
 	return c, nil
 }
 
-// userNS diagnoses user namespaces, from the store's cache when its key
-// still holds.
+// userNS diagnoses user namespaces — for real root, which needs none,
+// whether it may make a mount namespace and mount an overlay in it (a
+// container's seccomp profile refuses both) — from the store's cache when
+// its key still holds.
 func (m *Manager) userNS(ctx context.Context) nsexec.UserNSDiagnosis {
 	key := userNSKey()
 	file := filepath.Join(m.Layout.Home(), layout.UserNSName)
@@ -97,11 +99,40 @@ func (m *Manager) userNS(ctx context.Context) nsexec.UserNSDiagnosis {
 	if b, err := os.ReadFile(file); err == nil && json.Unmarshal(b, &cached) == nil && cached.Key == key {
 		return cached.Diagnosis
 	}
-	d := nsexec.DiagnoseUserNS(nsexec.ProbeUserNS(ctx))
+	var d nsexec.UserNSDiagnosis
+	if RealRoot() {
+		d = m.rootNamespaces(ctx)
+	} else {
+		d = nsexec.DiagnoseUserNS(nsexec.ProbeUserNS(ctx))
+	}
 	cached.Key, cached.Diagnosis = key, d
 	if b, err := json.Marshal(cached); err == nil {
 		_ = WriteFileAtomic(file, b, false) // a cache: losing it costs a probe
 	}
+	return d
+}
+
+// rootNamespaces probes, as real root, a mount namespace with an overlay
+// in it (nsexec.ProbeOverlay): what root's workspaces need.
+func (m *Manager) rootNamespaces(ctx context.Context) nsexec.UserNSDiagnosis {
+	p := nsexec.ReadUserNSFacts("/")
+	d := nsexec.UserNSDiagnosis{Probe: p, Detail: "real root makes mount namespaces and overlays"}
+	scratch, err := os.MkdirTemp(m.Layout.Home(), ".probe-")
+	if err == nil {
+		defer os.RemoveAll(scratch)
+		var f overlayfs.Features
+		if f, err = nsexec.ProbeOverlay(ctx, scratch, false); err == nil && !f.Overlay {
+			err = fmt.Errorf("the kernel refuses the overlay: %s", f.Errors["overlay"])
+		}
+	}
+	if err == nil {
+		return d
+	}
+	d.Cause = nsexec.UserNSUnknown
+	if p.Seccomp == 2 {
+		d.Cause = nsexec.UserNSSeccomp
+	}
+	d.Detail = fmt.Sprintf("as real root, a mount namespace with an overlay cannot be made here (%v)", err)
 	return d
 }
 

@@ -53,8 +53,8 @@ func IsPlain(backend string) bool { return backend == BackendReflink || backend 
 
 // Names in a plain workspace's work directory.
 const (
-	plainIndexName = "index"        // the tree's stat index
-	plainTmpName   = "tmp"          // TMPDIR of commands run without namespaces
+	plainIndexName = "index"         // the tree's stat index
+	plainTmpName   = "tmp"           // TMPDIR of commands run without namespaces
 	plainLockName  = "populate.lock" // makes one process at a time build a missing tree
 )
 

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/nsexec"
 )
@@ -23,15 +25,29 @@ func (m *Manager) startPlain(ctx context.Context, rec *Record) (k *Keeper, noNS 
 	if err == nil {
 		return k, false, nil
 	}
-	if errors.Is(err, nsexec.ErrNoUserNS) {
-		return nil, true, nil
-	}
-	// A namespace that can be made but not used (AppArmor's restriction:
-	// mounting in it fails) shows as a failed keeper: the probe tells.
-	if !RealRoot() && m.userNS(ctx).Cause != nsexec.UserNSWorks {
+	if m.namespacesDenied(ctx, err) {
 		return nil, true, nil
 	}
 	return nil, false, err
+}
+
+// namespacesDenied reports whether err, a failure to start a workspace's
+// namespaces (a keeper, a one-shot init), means that this process may
+// not have them at all: a user namespace refused (nsexec.ErrNoUserNS); a
+// namespace that can be made but not used (AppArmor's restriction:
+// mounting in it fails), which the user-namespace probe tells; or, as
+// real root, EPERM — a container's seccomp profile refusing root's mount
+// namespace or mounts.
+func (m *Manager) namespacesDenied(ctx context.Context, err error) bool {
+	switch {
+	case errors.Is(err, nsexec.ErrNoUserNS):
+		return true
+	case ctx.Err() != nil:
+		return false
+	case RealRoot():
+		return errors.Is(err, unix.EPERM)
+	}
+	return m.userNS(ctx).Cause != nsexec.UserNSWorks
 }
 
 // Ready makes workspace name ready for commands: its keeper runs, or it

@@ -116,9 +116,7 @@ func (r *Run) execPlain(ctx context.Context, c *Command, io Stdio) (ExitStatus, 
 		hintNotFound(status, c.cmd, c.spec.Target, c.warn)
 		return status, nil
 	}
-	denied := errors.Is(err, nsexec.ErrNoUserNS) ||
-		ctx.Err() == nil && !RealRoot() && r.m.userNS(ctx).Cause != nsexec.UserNSWorks
-	if !denied {
+	if !r.m.namespacesDenied(ctx, err) {
 		return status, err
 	}
 	if c.warn != nil {
