@@ -93,7 +93,7 @@ type doctorJSON struct {
 			AppArmorRestrict        int    `json:"apparmor_restrict_unprivileged_userns"`
 		} `json:"probe"`
 	} `json:"userns"`
-	Backend string `json:"backend"`
+	Backend      string `json:"backend"`
 	NoNamespaces []struct {
 		What   string `json:"what"`
 		Status string `json:"status"`
