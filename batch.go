@@ -33,10 +33,7 @@ type Job struct {
 	Cwd     string          `json:"cwd,omitempty"`
 	Commit  string          `json:"commit,omitempty"` // branch, as --commit
 	Keep    bool            `json:"keep,omitempty"`
-
-	// Backend overrides BatchOptions.Backend for this job.
-	Backend string `json:"backend,omitempty"`
-
+	Backend string          `json:"backend,omitempty"` // overrides BatchOptions.Backend
 	Protect []string        `json:"protect,omitempty"`
 	Sandbox string          `json:"sandbox,omitempty"`
 	Net     string          `json:"net,omitempty"`
