@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -237,11 +238,12 @@ func (r *Run) adoptPlain(name, branch, source string) (*Record, error) {
 // tree rather than an overlay's upper: the work directory beside it
 // (work for upper, work.R for upper.R) holds its stat index.
 func isPlainTree(upper string) bool {
-	dir, name := filepath.Split(upper)
-	work := layout.Work
-	if len(name) > len(layout.Upper) && name[:len(layout.Upper)+1] == layout.Upper+"." {
-		work += name[len(layout.Upper):]
+	dir, name := filepath.Split(filepath.Clean(upper))
+	suffix, ok := strings.CutPrefix(name, layout.Upper)
+	if !ok || (suffix != "" && suffix[0] != '.') {
+		return false
 	}
+	work := layout.Work + suffix
 	fi, err := os.Lstat(filepath.Join(dir, work, plainIndexName))
 	return err == nil && fi.Mode().IsRegular()
 }
