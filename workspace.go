@@ -198,14 +198,23 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		undo()
 		return nil, err
 	}
-	return r.describe(rec), nil
+	// Created: it holds nothing its base does not (and finding that out
+	// would scan a reflink or copy tree, one lstat per entry).
+	return r.describeState(rec), nil
 }
 
 func randomHex(n int) string { return workspace.RandomHex(n) }
 
 // describe turns a workspace's record into a Workspace, with its live
-// state.
+// state and the size of its changes.
 func (r *Repo) describe(rec *workspace.Record) *Workspace {
+	out := r.describeState(rec)
+	_, out.Changes = r.ws.Uncommitted(rec)
+	return out
+}
+
+// describeState is describe without the changes.
+func (r *Repo) describeState(rec *workspace.Record) *Workspace {
 	out := &Workspace{
 		Name: rec.Name, Branch: rec.Branch, Base: rec.Base, Dir: rec.Dir, Upper: rec.Upper,
 		Tmpfs: rec.Tmpfs, SubIDs: rec.SubIDs, Source: rec.Source, State: "stopped", CreatedNs: rec.CreatedNs,
@@ -214,7 +223,6 @@ func (r *Repo) describe(rec *workspace.Record) *Workspace {
 	if k := workspace.Running(rec.Dir); k != nil {
 		out.State, out.PID, out.Path = "running", k.PID, k.Path()
 	}
-	_, out.Changes = r.ws.Uncommitted(rec)
 	return out
 }
 
