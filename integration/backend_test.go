@@ -550,3 +550,29 @@ func TestBackendRefused(t *testing.T) {
 		t.Errorf("bogus backend: %s", r)
 	}
 }
+
+// TestBackendMCP: workspace_create takes a backend; the file tools and
+// exec work on a copy workspace, whose tree is a directory of its own; a
+// checkpoint leaves it clean.
+func TestBackendMCP(t *testing.T) {
+	h := newHome(t)
+	mcpProject(t, h)
+	cs := mcpStdio(t, h, nil)
+	var w struct {
+		Backend string `json:"backend"`
+		Path    string `json:"path"`
+	}
+	mcpCall(t, cs, "workspace_create", map[string]any{"name": "c", "backend": "copy"}, &w)
+	if w.Backend != "copy" || !strings.HasSuffix(w.Path, "/workspaces/c/upper") {
+		t.Fatalf("workspace_create: %+v", w)
+	}
+	mcpCall(t, cs, "write_file", map[string]any{"workspace": "c", "path": "new.txt", "content": "from mcp\n"}, nil)
+	var ex mcpExec
+	mcpCall(t, cs, "exec", map[string]any{"workspace": "c", "command": "cat new.txt && mv docs renamed && ls renamed"}, &ex)
+	if ex.ExitCode != 0 || ex.Stdout != "from mcp\nread.md\n" {
+		t.Errorf("exec: %+v", ex)
+	}
+	mcpCall(t, cs, "checkpoint", map[string]any{"workspace": "c", "message": "via mcp"}, nil)
+	wsClean(t, h, "c")
+	mcpFails(t, cs, "workspace_create", map[string]any{"name": "x", "backend": "zfs"}, "want overlay, reflink, copy or auto")
+}

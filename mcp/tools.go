@@ -89,6 +89,8 @@ type createIn struct {
 	Name  string `json:"name" jsonschema:"the new workspace's name"`
 	From  string `json:"from,omitempty" jsonschema:"the branch or commit to copy (default main)"`
 	Tmpfs bool   `json:"tmpfs,omitempty" jsonschema:"keep its changes in memory (fast, lost at reboot)"`
+	// Backend: README "Backends".
+	Backend string `json:"backend,omitempty" jsonschema:"how its writable tree is made: overlay, reflink (a clone, on XFS or Btrfs), copy, or auto (default: the store's, else auto)"`
 }
 
 // workspaceOut is a workspace as tools report it.
@@ -100,14 +102,15 @@ type workspaceOut struct {
 	Path    string `json:"path,omitempty" jsonschema:"where commands see the workspace"`
 	Changes int64  `json:"changes_bytes" jsonschema:"bytes of uncommitted changes"`
 	Source  string `json:"source,omitempty"`
+	Backend string `json:"backend,omitempty" jsonschema:"overlay, reflink or copy"`
 }
 
 func wsOut(w *strata.Workspace) workspaceOut {
-	return workspaceOut{Name: w.Name, Branch: w.Branch, Base: w.Base.String(), State: w.State, Changes: w.Changes, Source: w.Source}
+	return workspaceOut{Name: w.Name, Branch: w.Branch, Base: w.Base.String(), State: w.State, Changes: w.Changes, Source: w.Source, Backend: w.Backend}
 }
 
 func (s *Server) toolCreate(ctx context.Context, _ *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, workspaceOut, error) {
-	w, err := s.repo.CreateWorkspace(ctx, in.Name, strata.WorkspaceOptions{From: in.From, Tmpfs: in.Tmpfs})
+	w, err := s.repo.CreateWorkspace(ctx, in.Name, strata.WorkspaceOptions{From: in.From, Tmpfs: in.Tmpfs, Backend: in.Backend})
 	if err != nil {
 		return nil, workspaceOut{}, toolError(err)
 	}

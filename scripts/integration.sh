@@ -77,7 +77,7 @@ loopfs_teardown() {
 # escapes and the workflow without namespaces, doctor (not the backends'
 # commit conformance: reading a tree involves no namespace). With IT_ARGS
 # naming tests (-test.run), the pass runs those of the list it selects.
-denied_tests="TestBackendWorkspace TestBackendRuns TestBackendRefused TestNoNSEscapes TestSandboxWorkflow TestDoctorUserNSDenied"
+denied_tests="TestBackendWorkspace TestBackendRuns TestBackendRefused TestBackendMCP TestNoNSEscapes TestSandboxWorkflow TestDoctorUserNSDenied"
 denied_passes() { # denied_passes PREFIX... (how to become the test user, if at all)
   local run_pat rest listed="" sel=() t how pat
   run_pat=$(sed -n 's/.*-test\.run[= ]\([^ ]*\).*/\1/p' <<<"${IT_ARGS:-}")
