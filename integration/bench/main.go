@@ -677,6 +677,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"store", "Issue \"store\" (18): delta-coded edits, before and after"},
 		{"share", "Issue \"share\" (16): snapshots through an OCI registry, against skopeo"},
 		{"hotpath", "Issue \"hotpath\" (14): the hot path beside the floor"},
+		{"backends", "Issue \"backends\" (17): reflink workspaces on XFS and Btrfs, beside overlay and `cp --reflink`"},
 	}
 	for _, sec := range sections {
 		var tables []Table
