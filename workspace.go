@@ -312,7 +312,7 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 		}
 		return err
 	}
-	if dirty, _ := r.ws.Uncommitted(rec); !force && dirty {
+	if dirty := !force && r.ws.Dirty(rec); dirty { // a reflink tree's check scans it: not with --force
 		return fmt.Errorf("workspace %q has uncommitted changes (%s): commit them, or remove it with --force to discard them: %w",
 			name, rec.Upper, ErrConflict)
 	}

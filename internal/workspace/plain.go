@@ -469,3 +469,10 @@ func (r *Record) NeedsLayers() bool {
 	_, err := os.Lstat(r.Upper)
 	return err != nil
 }
+
+// Dirty reports whether workspace rec holds anything its base does not
+// (Uncommitted without the size).
+func (m *Manager) Dirty(rec *Record) bool {
+	dirty, _ := m.Uncommitted(rec)
+	return dirty
+}
