@@ -159,7 +159,7 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 			Disables: "the syscall deny list of --sandbox agent/strict (ptrace, mount, bpf, io_uring, namespaces)"})
 	}
 
-	bc, backend := backendCheck(scratch, rep.UserNS, rep.RealRoot, rootErr)
+	bc, backend := backendCheck(scratch, string(rep.UserNS.Cause), rep.UserNS.Probe.Seccomp, rep.RealRoot, rootErr)
 	add(bc)
 	rep.Backend = backend
 	add(cgroupCheck())

@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/stratafs/strata/nsexec"
 )
 
 // backendCheck says which backend `--backend auto` chooses here (the
@@ -15,10 +13,10 @@ import (
 // where the store's filesystem clones files, else copy) and why, probing
 // FICLONE in scratch, a directory on the store's filesystem.
 //
-// nsWork: the workspace's namespaces work — user namespaces rootless; as
-// real root, a mount namespace with an overlay (rootErr is its probe's
-// error).
-func backendCheck(scratch string, d nsexec.UserNSDiagnosis, realRoot bool, rootErr error) (Check, string) {
+// cause is the user-namespace diagnosis's cause ("" when they work) and
+// seccomp this process's seccomp mode; as real root, rootErr is the error
+// of probing a mount namespace with an overlay (nil: it works).
+func backendCheck(scratch, cause string, seccomp int, realRoot bool, rootErr error) (Check, string) {
 	c := Check{Name: "workspace backend", Optional: true, OK: true}
 	reflink := cloneWorks(scratch)
 	fsDetail := "the store's filesystem cannot clone files (FICLONE): the reflink backend is not available; copy is"
@@ -30,11 +28,11 @@ func backendCheck(scratch string, d nsexec.UserNSDiagnosis, realRoot bool, rootE
 		c.Detail = "auto chooses overlay: real root mounts overlays without a user namespace; " + fsDetail
 		return c, BackendOverlay
 	case realRoot:
-		d.Cause = nsexec.UserNSUnknown
-		if d.Probe.Seccomp == 2 {
-			d.Cause = nsexec.UserNSSeccomp
+		cause = "unknown"
+		if seccomp == 2 {
+			cause = "seccomp"
 		}
-	case d.Cause == nsexec.UserNSWorks:
+	case cause == "":
 		c.Detail = "auto chooses overlay: user namespaces work; " + fsDetail
 		return c, BackendOverlay
 	case reflink:
@@ -42,7 +40,7 @@ func backendCheck(scratch string, d nsexec.UserNSDiagnosis, realRoot bool, rootE
 		return c, BackendReflink
 	}
 	c.OK = false
-	c.Detail = fmt.Sprintf("auto chooses copy: namespaces are denied here (%s) and the store's filesystem cannot clone files, so every workspace copies its base's files", d.Cause)
+	c.Detail = fmt.Sprintf("auto chooses copy: namespaces are denied here (%s) and the store's filesystem cannot clone files, so every workspace copies its base's files", cause)
 	c.Disables = "cheap workspaces: each one costs its base's size in time and disk"
 	c.Fix = []string{"keep the store (--home) on XFS made with reflink=1 or on Btrfs: workspaces are then clones (reflink), or fix user namespaces (above)"}
 	return c, BackendCopy
