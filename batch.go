@@ -33,6 +33,7 @@ type Job struct {
 	Cwd     string          `json:"cwd,omitempty"`
 	Commit  string          `json:"commit,omitempty"` // branch, as --commit
 	Keep    bool            `json:"keep,omitempty"`
+	Backend string          `json:"backend,omitempty"` // overrides BatchOptions.Backend
 	Protect []string        `json:"protect,omitempty"`
 	Sandbox string          `json:"sandbox,omitempty"`
 	Net     string          `json:"net,omitempty"`
@@ -65,6 +66,9 @@ type BatchOptions struct {
 	Sandbox  SandboxOptions
 	// SubIDs maps the user's subordinate ids in every job (RunOptions).
 	SubIDs bool
+	// Backend makes every job's tree (RunOptions.Backend) unless the job
+	// names its own.
+	Backend string
 	// Progress is called after each job with (done, total).
 	Progress func(done, total int)
 	// Kind classifies an error for the result line (the CLI's kinds).
@@ -308,6 +312,9 @@ func jobOptions(file string, j Job, opts BatchOptions) (RunOptions, error) {
 	}
 	if j.Net != "" {
 		ro.Sandbox.Net = j.Net
+	}
+	if ro.Backend = opts.Backend; j.Backend != "" {
+		ro.Backend = j.Backend
 	}
 	var argv []string
 	var shell string

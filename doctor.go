@@ -48,6 +48,8 @@ type DoctorReport struct {
 	// (reflink or copy backend, where user namespaces are denied) gets
 	// on this kernel instead of what namespaces give.
 	NoNamespaces []nsexec.NoNSItem `json:"no_namespaces"`
+	// Backend is what `--backend auto` chooses here (doctor_backend.go).
+	Backend string `json:"backend"`
 }
 
 // SandboxReport says what one --sandbox mode enforces on this kernel, and
@@ -120,8 +122,12 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 		add(featureCheck(userFeat, "user_xattrs", "user xattrs on the store's filesystem", userFeat.UserXattrs,
 			"user.* xattrs work where layers and uppers live ("+userFeat.FSType+")", "opaque directories in rootless layers: keep the store on ext4, xfs, btrfs or tmpfs (6.6+)", false))
 	}
+	var rootErr error
 	if rep.RealRoot {
 		rootFeat, err := nsexec.ProbeOverlay(ctx, mkdirIn(scratch, "root"), false)
+		if rootErr = err; err == nil && !rootFeat.Overlay {
+			rootErr = fmt.Errorf("overlay: %s", rootFeat.Errors["overlay"])
+		}
 		if err != nil {
 			add(Check{Name: "redirect_dir", Detail: err.Error(), Optional: true,
 				Disables: "renaming lower directories as root (falls back to EXDEV as rootless)"})
@@ -153,6 +159,9 @@ func Doctor(ctx context.Context, scratchParent string) *DoctorReport {
 			Disables: "the syscall deny list of --sandbox agent/strict (ptrace, mount, bpf, io_uring, namespaces)"})
 	}
 
+	bc, backend := backendCheck(scratch, string(rep.UserNS.Cause), rep.UserNS.Probe.Seccomp, rep.RealRoot, rootErr)
+	add(bc)
+	rep.Backend = backend
 	add(cgroupCheck())
 	add(subIDCheck())
 	rep.Sandbox = sandboxReports(abi)

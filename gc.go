@@ -28,6 +28,8 @@ type GCResult struct {
 	LayersFreed  int            `json:"layers_removed"`
 	LayerBytes   int64          `json:"layer_bytes"`
 	StaleRemoved []string       `json:"stale_removed,omitempty"`
+	// ClonesRemoved lists the clone cache's entries evicted (Btrfs).
+	ClonesRemoved []string `json:"clones_removed,omitempty"`
 }
 
 // GC removes what nothing references: objects not reachable from a branch,
@@ -106,6 +108,9 @@ func (r *Repo) gcFiles(ctx context.Context, st *store.Store, out *GCResult) erro
 		return fmt.Errorf("gc: layers: %w", err)
 	}
 	out.LayersFreed, out.LayerBytes = len(ev.Removed), ev.Bytes
+	if err := r.gcClones(keep, wss, out); err != nil {
+		return err
+	}
 	out.StaleRemoved = r.ws.RemoveStale(wss)
 	out.StaleRemoved = append(out.StaleRemoved, image.RemoveStalePushDirs(st.Dir(), workspace.StaleAfter)...) // killed pushes' blobs
 	r.ws.CleanRuns(true)
@@ -129,7 +134,9 @@ func (r *Repo) cacheRoots(ctx context.Context) ([]store.ID, []workspace.Record, 
 			return err
 		}
 		for i := range wss {
-			keep = append(keep, wss[i].Base, wss[i].MountBaseID())
+			if wss[i].NeedsLayers() { // not a reflink or copy workspace's cloned tree
+				keep = append(keep, wss[i].Base, wss[i].MountBaseID())
+			}
 		}
 		return nil
 	})

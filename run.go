@@ -32,6 +32,9 @@ type RunOptions struct {
 	PatchData []byte // a git-style unified diff applied before the command
 	PatchName string // where PatchData came from, for messages
 	Disk      bool   // upper on disk instead of a tmpfs
+	// Backend makes the run's tree (WorkspaceOptions.Backend): a
+	// reflink or copy run clones its base on disk.
+	Backend string
 	// SubIDs maps the user's subordinate ids (WorkspaceOptions.SubIDs);
 	// rootless, the caller runs in their namespace (nsexec.EnterSubIDs).
 	SubIDs  bool
@@ -97,7 +100,7 @@ func (opts RunOptions) check() error {
 			return invalidf("--protect %q: %v", g, err)
 		}
 	}
-	return nil
+	return workspace.CheckBackend(opts.Backend)
 }
 
 // RunResult is the one result object of a run (`run --json`).
@@ -110,6 +113,7 @@ type RunResult struct {
 	Workspace string   `json:"workspace,omitempty"` // kept as
 	Commit    store.ID `json:"commit,omitempty"`
 	Branch    string   `json:"branch,omitempty"`
+	Backend   string   `json:"backend"`
 	Diff      DiffStat `json:"diff"`
 	// Violations are the policy check's findings; with any, nothing was
 	// committed.
@@ -188,18 +192,30 @@ func (r *Repo) Run(ctx context.Context, opts RunOptions) (result *RunResult, err
 		return nil, err
 	}
 	var root *workspace.Root
+	var backend string
 	if rootOpts != nil {
+		// An image root is an overlay stack (rootBackend).
+		if backend, err = rootBackend(opts.Backend); err != nil {
+			return nil, err
+		}
 		if root, err = r.ws.NewRoot(ctx, rootTree, *rootOpts); err != nil {
 			return nil, err
 		}
 		if err := workspace.CheckRootSubIDs(opts.SubIDs); err != nil {
 			return nil, err
 		}
+	} else if backend, err = r.chooseBackend(ctx, opts.Backend, base.Stats, func(m string) { warnf(opts.Warn, m) }); err != nil {
+		return nil, err
 	}
+	res.Backend = backend
 
 	// Fork: a run directory with upper and work, registered by its pid.
-	run, err := r.ws.NewRun(res.ID, opts.Disk)
+	run, err := r.ws.NewRun(res.ID, opts.Disk || workspace.IsPlain(backend))
 	if err != nil {
+		return nil, err
+	}
+	if err := run.SetBackend(backend); err != nil {
+		run.Discard()
 		return nil, err
 	}
 	if root != nil {

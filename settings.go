@@ -28,6 +28,9 @@ type Settings struct {
 	// own.
 	ViewRO []string `json:"view_ro,omitempty"`
 	ViewRW []string `json:"view_rw,omitempty"`
+	// Backend is the backend of workspaces and runs that name none
+	// (`strata init --backend`; backend.go); "" is auto.
+	Backend string `json:"backend,omitempty"`
 }
 
 // maxLayersLimit bounds MaxLayers: overlayfs takes at most 500 lower

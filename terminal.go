@@ -31,14 +31,16 @@ func (r *Repo) Shell(ctx context.Context, name string, opts ExecOptions) (ExitSt
 	// The keeper first: until it runs, nothing may touch the terminal (a
 	// --subids workspace fails here, and the CLI starts over in the
 	// subordinate-id namespace, which must find the terminal untouched).
-	if _, err := r.keeper(ctx, name); err != nil {
+	noNS, err := r.ready(ctx, name)
+	if err != nil {
 		return ExitStatus{}, err
 	}
 	// A sandboxed shell runs in the workspace's view, whose /dev/pts is
 	// its own: its terminal comes from there, or it would have no name
-	// inside (tty: "not a tty"). --sandbox none sees the host's.
+	// inside (tty: "not a tty"). --sandbox none sees the host's, and so
+	// does a workspace without namespaces.
 	open := workspace.OpenHostPTY
-	if opts.Sandbox.Mode != SandboxNone || root {
+	if (opts.Sandbox.Mode != SandboxNone || root) && !noNS {
 		open = func() (*os.File, *os.File, error) { return r.ws.OpenPTY(name) }
 	}
 	return workspace.OnTerminal(in, opts.Stdout, open, func(slave *os.File) (ExitStatus, error) {

@@ -54,6 +54,13 @@ type WorkspaceOptions struct {
 	// (docs/hotpath.md); the CLI sets it. Without it the first keeper
 	// start writes the file.
 	KeeperSpec bool
+	// Backend makes the workspace's writable tree: "overlay", "reflink",
+	// "copy" or "auto" (backend.go); "" is the store's default
+	// (`strata init --backend`), auto when it has none.
+	Backend string
+	// Warn receives what the caller should know of the choice (auto
+	// choosing copy names its cost).
+	Warn func(msg string)
 }
 
 // Workspace describes a workspace.
@@ -72,7 +79,8 @@ type Workspace struct {
 	Changes   int64    `json:"changes_bytes"`    // bytes in the upper directory
 	CreatedNs int64    `json:"created_ns"`
 	// Root describes an image-rooted workspace's root.
-	Root *WorkspaceRoot `json:"root,omitempty"`
+	Root    *WorkspaceRoot `json:"root,omitempty"`
+	Backend string         `json:"backend"` // overlay, reflink or copy
 }
 
 // ValidateWorkspaceName checks a workspace name: 1-64 letters, digits, '.',
@@ -117,6 +125,7 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 	var source, fromBranch string
 	var rootOpts *workspace.RootOptions
 	var rootTree store.ID
+	var baseStats store.CommitStats
 	createBranch := true
 	if err := st.View(ctx, func(tx *store.Tx) error {
 		if _, err := tx.Workspace(name); err == nil {
@@ -152,18 +161,27 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		}
 		source = c.Source
 		rootOpts, rootTree, err = resolveRoot(tx, c, rootRequest{Root: opts.Root, At: opts.At, Scope: opts.Scope, Cwd: opts.Cwd, Env: opts.Env, RO: opts.RO, RW: opts.RW})
+		baseStats = c.Stats
 		return err
 	}); err != nil {
 		return nil, err
 	}
 	var root *workspace.Root
+	var backend string
 	if rootOpts != nil {
+		// An image root is an overlay stack: the image's layers under
+		// the project's; it has no reflink or copy form.
+		if backend, err = rootBackend(opts.Backend); err != nil {
+			return nil, err
+		}
 		if root, err = r.ws.NewRoot(ctx, rootTree, *rootOpts); err != nil {
 			return nil, err
 		}
 		if err := workspace.CheckRootSubIDs(opts.SubIDs); err != nil {
 			return nil, err
 		}
+	} else if backend, err = r.chooseBackend(ctx, opts.Backend, baseStats, opts.Warn); err != nil {
+		return nil, err
 	}
 
 	// Lay out the state directory atomically, then materialize the
@@ -173,7 +191,7 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 	// changes nothing.
 	rec := &workspace.Record{
 		Name: name, Branch: branch, Base: base, CreatedNs: time.Now().UnixNano(),
-		Backend: workspace.BackendOverlay, Tmpfs: opts.Tmpfs, SubIDs: opts.SubIDs, Source: source,
+		Backend: backend, Tmpfs: opts.Tmpfs, SubIDs: opts.SubIDs, Source: source,
 		CreatedBranch: createBranch, Fork: base.String(), MountBase: base.String(), FromBranch: fromBranch,
 		Root: root,
 	}
@@ -212,28 +230,37 @@ func (r *Repo) CreateWorkspace(ctx context.Context, name string, opts WorkspaceO
 		undo()
 		return nil, err
 	}
-	if opts.KeeperSpec {
+	if opts.KeeperSpec && backend == workspace.BackendOverlay && root == nil {
 		// What its keeper will mount, for the front's first exec (a
 		// cache: without it that exec goes through strata-core).
 		_ = r.ws.WriteSpec(ctx, rec)
 	}
-	return r.describe(rec), nil
+	// Created: it holds nothing its base does not (and finding that out
+	// would scan a reflink or copy tree, one lstat per entry).
+	return r.describeState(rec), nil
 }
 
 func randomHex(n int) string { return workspace.RandomHex(n) }
 
 // describe turns a workspace's record into a Workspace, with its live
-// state.
+// state and the size of its changes.
 func (r *Repo) describe(rec *workspace.Record) *Workspace {
+	out := r.describeState(rec)
+	_, out.Changes = r.ws.Uncommitted(rec)
+	return out
+}
+
+// describeState is describe without the changes.
+func (r *Repo) describeState(rec *workspace.Record) *Workspace {
 	out := &Workspace{
 		Name: rec.Name, Branch: rec.Branch, Base: rec.Base, Dir: rec.Dir, Upper: rec.Upper,
 		Tmpfs: rec.Tmpfs, SubIDs: rec.SubIDs, Source: rec.Source, State: "stopped", CreatedNs: rec.CreatedNs,
-		Root: describeRoot(rec.Root),
+		Root:    describeRoot(rec.Root),
+		Backend: rec.Backend,
 	}
 	if k := workspace.Running(rec.Dir); k != nil {
 		out.State, out.PID, out.Path = "running", k.PID, k.Path()
 	}
-	_, out.Changes = r.ws.Uncommitted(rec)
 	return out
 }
 
@@ -277,11 +304,11 @@ func (r *Repo) keeper(ctx context.Context, name string) (*workspace.Keeper, erro
 // be read and written (the keeper's /proc/PID/root view), starting its
 // keeper if needed. It stays valid while the keeper runs.
 func (r *Repo) WorkspacePath(ctx context.Context, name string) (string, error) {
-	k, err := r.keeper(ctx, name)
-	if err != nil {
+	if err := ValidateWorkspaceName(name); err != nil {
 		return "", err
 	}
-	return k.Path(), nil
+	// A reflink or copy workspace's tree is a directory of its own.
+	return r.ws.Path(ctx, name)
 }
 
 // StopWorkspace ends every process in the workspace and unmounts it; the
@@ -323,7 +350,7 @@ func (r *Repo) RemoveWorkspace(ctx context.Context, name string, force bool) err
 		}
 		return err
 	}
-	if dirty, _ := r.ws.Uncommitted(rec); !force && dirty {
+	if dirty := !force && r.ws.Dirty(rec); dirty { // a reflink tree's check scans it: not with --force
 		return fmt.Errorf("workspace %q has uncommitted changes (%s): commit them, or remove it with --force to discard them: %w",
 			name, rec.Upper, ErrConflict)
 	}

@@ -271,7 +271,9 @@ func TestSandboxWorkflow(t *testing.T) {
 	if out := run("node -e 'console.log(require(\"react\").version)'"); strings.TrimSpace(out) == "" {
 		t.Errorf("node in the sandbox printed nothing")
 	}
-	run(`mkdir -p /tmp/gomod && cd /tmp/gomod && printf 'module example.com/m\n\ngo 1.22\n' > go.mod &&
+	// $TMPDIR: /tmp in the view; the workspace's own where user
+	// namespaces are denied (the host's /tmp is outside the fence there).
+	run(`mkdir -p "$TMPDIR/gomod" && cd "$TMPDIR/gomod" && printf 'module example.com/m\n\ngo 1.22\n' > go.mod &&
 printf 'package main\n\nfunc Add(a, b int) int { return a + b }\n\nfunc main() { println(Add(1, 2)) }\n' > main.go &&
 printf 'package main\n\nimport "testing"\n\nfunc TestAdd(t *testing.T) { if Add(1, 2) != 3 { t.Fatal() } }\n' > main_test.go &&
 GOFLAGS=-mod=mod GOTOOLCHAIN=local go build -o m . && ./m && GOTOOLCHAIN=local go test ./...`)

@@ -86,10 +86,14 @@ type doctorJSON struct {
 		Detail string   `json:"detail"`
 		Fix    []string `json:"fix"`
 		Probe  struct {
-			Unshare string `json:"unshare"`
-			Seccomp int    `json:"seccomp"`
+			Unshare                 string `json:"unshare"`
+			Seccomp                 int    `json:"seccomp"`
+			MaxUserNamespaces       int    `json:"max_user_namespaces"`
+			UnprivilegedUsernsClone int    `json:"unprivileged_userns_clone"`
+			AppArmorRestrict        int    `json:"apparmor_restrict_unprivileged_userns"`
 		} `json:"probe"`
 	} `json:"userns"`
+	Backend      string `json:"backend"`
 	NoNamespaces []struct {
 		What   string `json:"what"`
 		Status string `json:"status"`
@@ -121,15 +125,58 @@ func runDoctor(t *testing.T, cmd *exec.Cmd) (doctorJSON, int, string) {
 // under a seccomp filter refusing CLONE_NEWUSER it is seccomp (EPERM,
 // Seccomp: 2) with its fix. Both name the namespace-free backends and exit
 // 1 (a required check failed).
+//
+// The sysctls doctor reports are the real ones, read where it runs (the
+// host's, or the bwrap sandbox's own user namespace's); and doctor says
+// which backend `--backend auto` takes: overlay where user namespaces
+// work, copy where they are denied on this test's store (TMPDIR, which
+// cannot clone files).
+//
+// In the pass that runs with user namespaces denied (scripts/integration.sh,
+// STRATA_TEST_USERNS_DENIED) doctor runs as it is, and must name that
+// pass's cause.
 func TestDoctorUserNSDenied(t *testing.T) {
 	strata := bin(t)
 	h := newHome(t)
 	args := []string{strata, "--home", h.dir, "doctor", "--json"}
+	sysctls := func(t *testing.T, d doctorJSON) {
+		t.Helper()
+		p := d.UserNS.Probe
+		for _, s := range []struct {
+			file string
+			got  int
+		}{
+			{"/proc/sys/user/max_user_namespaces", p.MaxUserNamespaces},
+			{"/proc/sys/kernel/unprivileged_userns_clone", p.UnprivilegedUsernsClone},
+			{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", p.AppArmorRestrict},
+		} {
+			want := -1
+			if b, err := os.ReadFile(s.file); err == nil {
+				fmt.Sscan(string(b), &want)
+			}
+			if s.got != want {
+				t.Errorf("doctor reports %s = %d; the file says %d", s.file, s.got, want)
+			}
+		}
+	}
+	if denied := deniedPass(); denied != "" {
+		d, code, _ := runDoctor(t, exec.Command(args[0], args[1:]...))
+		cause := map[string]string{"bwrap": "max_user_namespaces", "seccomp": "seccomp"}[denied]
+		if d.UserNS.Cause != cause || code != 1 || d.Backend != "copy" {
+			t.Errorf("denied by %s: cause %q (%s), exit %d, backend %q", denied, d.UserNS.Cause, d.UserNS.Detail, code, d.Backend)
+		}
+		sysctls(t, d)
+		return
+	}
 
 	d, code, _ := runDoctor(t, exec.Command(args[0], args[1:]...))
 	if d.UserNS.Cause != "" || d.UserNS.Probe.Unshare != "" {
 		t.Fatalf("unrestricted: cause %q (%s), exit %d", d.UserNS.Cause, d.UserNS.Detail, code)
 	}
+	if d.Backend != "overlay" {
+		t.Errorf("unrestricted: auto would choose %q", d.Backend)
+	}
+	sysctls(t, d)
 
 	check := func(t *testing.T, d doctorJSON, code int, cause, unshare, fix string) {
 		t.Helper()
@@ -161,10 +208,14 @@ func TestDoctorUserNSDenied(t *testing.T) {
 		if statuses["filesystem fence"] != "enforced" || statuses["host unix sockets"] != "refused" || statuses["PID namespace"] != "not enforced" {
 			t.Errorf("no_namespaces: %v", statuses)
 		}
+		if d.Backend != "copy" {
+			t.Errorf("auto would choose %q on TMPDIR, want copy", d.Backend)
+		}
 	}
 	t.Run("bwrap --disable-userns", func(t *testing.T) {
 		d, code, _ := runDoctor(t, underBwrap(t, args...))
 		check(t, d, code, "max_user_namespaces", "ENOSPC", "bwrap without --disable-userns")
+
 	})
 	t.Run("seccomp refusing CLONE_NEWUSER", func(t *testing.T) {
 		d, code, _ := runDoctor(t, underSeccomp(t, args...))

@@ -93,6 +93,8 @@ type createIn struct {
 	Tmpfs bool   `json:"tmpfs,omitempty" jsonschema:"keep its changes in memory (fast, lost at reboot)"`
 	Root  string `json:"root,omitempty" jsonschema:"an imported container image (branch or commit): from's tree is mounted at 'at' inside it"`
 	At    string `json:"at,omitempty" jsonschema:"with root: the absolute path inside the image where the project appears, e.g. /testbed"`
+	// Backend: README "Backends".
+	Backend string `json:"backend,omitempty" jsonschema:"how its writable tree is made: overlay, reflink (a clone, on XFS or Btrfs), copy, or auto (default: the store's, else auto)"`
 }
 
 // workspaceOut is a workspace as tools report it.
@@ -104,14 +106,15 @@ type workspaceOut struct {
 	Path    string `json:"path,omitempty" jsonschema:"where commands see the workspace"`
 	Changes int64  `json:"changes_bytes" jsonschema:"bytes of uncommitted changes"`
 	Source  string `json:"source,omitempty"`
+	Backend string `json:"backend,omitempty" jsonschema:"overlay, reflink or copy"`
 }
 
 func wsOut(w *strata.Workspace) workspaceOut {
-	return workspaceOut{Name: w.Name, Branch: w.Branch, Base: w.Base.String(), State: w.State, Changes: w.Changes, Source: w.Source}
+	return workspaceOut{Name: w.Name, Branch: w.Branch, Base: w.Base.String(), State: w.State, Changes: w.Changes, Source: w.Source, Backend: w.Backend}
 }
 
 func (s *Server) toolCreate(ctx context.Context, _ *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, workspaceOut, error) {
-	w, err := s.repo.CreateWorkspace(ctx, in.Name, strata.WorkspaceOptions{From: in.From, Tmpfs: in.Tmpfs, Root: in.Root, At: in.At})
+	w, err := s.repo.CreateWorkspace(ctx, in.Name, strata.WorkspaceOptions{From: in.From, Tmpfs: in.Tmpfs, Root: in.Root, At: in.At, Backend: in.Backend})
 	if err != nil {
 		return nil, workspaceOut{}, toolError(err)
 	}

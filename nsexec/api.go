@@ -67,6 +67,11 @@ type Spec struct {
 	// Dir is required: the root is assembled on Dir/rootfs, its
 	// mount-point layer on Dir/rootfs-init. See docs/images.md.
 	Root *Root `json:"root,omitempty"`
+	// Plain, when set, is a workspace of the reflink or copy backend: a
+	// plain directory, bound read-write on Target (nothing is mounted
+	// when Target is Plain itself) instead of an overlay of Lowers,
+	// Upper and Work, which stay empty. See plain.go.
+	Plain string `json:"plain,omitempty"`
 
 	// rootMaps are the user namespace maps of an image root started from
 	// a subordinate-id namespace (checkRoot).

@@ -110,8 +110,12 @@ func checkSpec(spec *Spec, needDir bool) error {
 		return fmt.Errorf("nsexec: state directory %q is not absolute", spec.Dir)
 	case spec.Target == "" || !filepath.IsAbs(spec.Target):
 		return fmt.Errorf("nsexec: target %q is not absolute", spec.Target)
-	case len(spec.Lowers) == 0 && spec.Root == nil:
+	case len(spec.Lowers) == 0 && spec.Root == nil && spec.Plain == "":
 		return fmt.Errorf("nsexec: no lower layer")
+	case spec.Plain != "":
+		if err := checkPlain(spec); err != nil {
+			return err
+		}
 	case spec.SubIDs && NeedSubIDNS():
 		return fmt.Errorf("nsexec: workspace %s maps subordinate ids: start it from their user namespace (EnterSubIDs): %w", spec.Name, ErrNeedSubIDNS)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratafs/strata/internal/sandbox"
 	"github.com/stratafs/strata/landlock"
 )
 
@@ -57,21 +58,12 @@ type NoNSSpec struct {
 // the caller did not ask for none.
 var ErrNoSandbox = errors.New("the sandbox cannot be enforced without namespaces")
 
-// NoNSPolicy is the Landlock policy of a namespace-free command: the
-// agent policy (landlock.Agent: the workspace and tmp read-write; /usr
-// /bin /sbin /lib* /etc /opt read-only and executable; /proc and the CPU,
-// NUMA and cgroup parts of /sys read-only; /dev/null, zero, full, random,
-// urandom and tty; signals and abstract sockets scoped) without what
-// only a mount namespace makes private: /dev/shm, /dev/ptmx and /dev/pts
-// are the host's, shared with every process of the user (their shared
-// memory, their terminals), so they are left out. With restrictTCP
-// (--net none) every TCP connect and bind is denied.
+// NoNSPolicy is the Landlock policy of a namespace-free command
+// (sandbox.NoNSPolicy: the agent policy without /dev/shm, /dev/ptmx and
+// /dev/pts, which are the host's here). With restrictTCP (--net none)
+// every TCP connect and bind is denied.
 func NoNSPolicy(workspace, tmp string, extraRO, extraRW []string, restrictTCP bool) landlock.Policy {
-	p := landlock.Agent(workspace, tmp, extraRO, extraRW)
-	p.RW = slices.DeleteFunc(p.RW, func(s string) bool { return s == "/dev/shm" })
-	p.RWFiles = slices.DeleteFunc(p.RWFiles, func(s string) bool { return s == "/dev/ptmx" || s == "/dev/pts" })
-	p.RestrictTCP = restrictTCP
-	return p
+	return sandbox.NoNSPolicy(workspace, tmp, extraRO, extraRW, restrictTCP)
 }
 
 // NoNSItem is one protection of a workspace's namespaces, and what a

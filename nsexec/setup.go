@@ -10,8 +10,6 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/stratafs/strata/overlayfs"
 )
 
 // hostSetup is what setupNamespace leaves for the view (view.go).
@@ -105,7 +103,7 @@ func setupNamespace(c *childConfig) (_ *hostSetup, err error) {
 			}
 		}
 	}
-	if err := overlayfs.Mount(target, c.Mount, methodFeatures(c.Method)); err != nil {
+	if err := mountWorkspace(c, target); err != nil {
 		return nil, err
 	}
 	// Where the overlay really is: a target reached through a symlink

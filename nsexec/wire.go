@@ -29,7 +29,8 @@ import (
 // 6: a command may carry a sandbox policy (sandbox.Request) instead of a
 // Landlock ruleset and BPF programs, and a keeper's Started reply carries
 // the policy's warnings; a config may carry Root (an image root, root.go).
-const protoVersion = 6
+// 7: a config may carry Plain (a reflink or copy workspace, plain.go).
+const protoVersion = 7
 
 // ProtocolVersion is the keeper protocol's version (protoVersion): a
 // strata and a keeper or strata-init of another version refuse each other.
@@ -61,6 +62,8 @@ type childConfig struct {
 	Command *wireCommand
 	// Root is the image root (Spec.Root), nil for the host view.
 	Root *wireRoot
+	// Plain is the plain directory bound on Target (Spec.Plain).
+	Plain string
 }
 
 func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
@@ -79,6 +82,7 @@ func newChildConfig(spec *Spec, cmd *wireCommand) *childConfig {
 		View:    spec.View,
 		Command: cmd,
 		Root:    newWireRoot(spec),
+		Plain:   spec.Plain,
 	}
 }
 
@@ -292,6 +296,7 @@ func (e *encoder) config(c *childConfig) {
 	e.binds(c.View)
 	e.command(c.Command)
 	e.root(c.Root)
+	e.str(c.Plain)
 }
 
 func (e *encoder) binds(bs []Bind) {
@@ -342,6 +347,7 @@ func (d *decoder) config() (*childConfig, error) {
 	c.View = d.binds()
 	c.Command = d.command()
 	c.Root = d.root()
+	c.Plain = d.str()
 	return c, d.err
 }
 

@@ -5,8 +5,8 @@
 # /tmp/strata-bench/results.md). Method and latest results: docs/bench.md.
 #
 #   BENCH_QUICK=1        small N: a smoke run of a few minutes
-#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp deltas push floor images
-#                        (or issues: workspaces commit sandbox runs view mcp store share hotpath environments)
+#   BENCH_ONLY=a,b       scenarios: create peers reads commit sandbox runs view mcp deltas push floor images backends
+#                        (or issues: workspaces commit sandbox runs view mcp store share hotpath environments backends)
 #   BENCH_OUT=FILE       results file
 #   BENCH_DOC=FILE       also replace the results section of FILE (docs/bench.md)
 #   BENCH_USER=NAME      the rootless user (default strata-test, else nobody)

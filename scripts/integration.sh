@@ -73,6 +73,38 @@ loopfs_teardown() {
   for t in xfs btrfs; do mountpoint -q "$loopfs/$t" && { umount "$loopfs/$t" || umount -l "$loopfs/$t"; }; done
   rm -rf "$loopfs"
 }
+# The third pass: the rootless pass once more where user namespaces are
+# denied, the two ways real hosts deny them — inside bwrap --unshare-user
+# --disable-userns (a nested user namespace then fails with ENOSPC, as
+# under user.max_user_namespaces=0) and under a seccomp filter refusing
+# CLONE_NEWUSER (the test binary re-executes itself as the launcher that
+# loads it, as container runtimes' default profiles do). Only the suites
+# that apply run there (STRATA_TEST_USERNS_DENIED tells them the denial):
+# workspaces of the namespace-free backends, runs and batches, the
+# escapes and the workflow without namespaces, doctor (not the backends'
+# commit conformance: reading a tree involves no namespace). With IT_ARGS
+# naming tests (-test.run), the pass runs those of the list it selects.
+denied_tests="TestBackendWorkspace TestBackendRuns TestBackendRefused TestBackendMCP TestNoNSEscapes TestSandboxWorkflow TestDoctorUserNSDenied"
+denied_passes() { # denied_passes PREFIX... (how to become the test user, if at all)
+  local run_pat rest listed="" sel=() t how pat
+  run_pat=$(sed -n 's/.*-test\.run[= ]\([^ ]*\).*/\1/p' <<<"${IT_ARGS:-}")
+  rest=$(sed 's/-test\.run[= ][^ ]*//' <<<"${IT_ARGS:-}")
+  [ -n "$run_pat" ] && listed=$("$tmp/integration.test" -test.list "$run_pat" 2>/dev/null || true)
+  for t in $denied_tests; do
+    if [ -z "$run_pat" ] || grep -qx "$t" <<<"$listed"; then sel+=("$t"); fi
+  done
+  if [ ${#sel[@]} -eq 0 ]; then
+    echo "== integration tests (user namespaces denied): none of IT_ARGS's tests apply"
+    return 0
+  fi
+  pat="^($(IFS='|'; echo "${sel[*]}"))\$"
+  for how in bwrap seccomp; do
+    local wrap=(bwrap --unshare-user --disable-userns --dev-bind / / --chdir "$PWD" --)
+    [ $how = seccomp ] && wrap=(env STRATA_IT_SECCOMP_EXEC=1 "$tmp/integration.test")
+    IT_ARGS="$rest" pass "$1, user namespaces denied ($how)" "${@:2}" env STRATA_TEST_USERNS_DENIED=$how \
+      "${wrap[@]}" "$tmp/integration.test" -test.run "$pat" || return 1
+  done
+}
 if [ "$(id -u)" -eq 0 ]; then
   loopfs_setup "$(id -u "$user")" "$(id -g "$user")"
   trap 'rm -rf "$tmp"; loopfs_teardown' EXIT
@@ -105,8 +137,11 @@ if [ "$(id -u)" -eq 0 ]; then
   (cd "$home" && pass "rootless, as $user" setpriv --reuid="$uid" --regid="$gid" --init-groups \
      env HOME="$home" TMPDIR="$home" XDG_DATA_HOME="$home/.local/share" XDG_CACHE_HOME="$home/.cache" \
      "$tmp/integration.test") || failed=1
+  (cd "$home" && denied_passes "rootless, as $user" setpriv --reuid="$uid" --regid="$gid" --init-groups \
+     env HOME="$home" TMPDIR="$home" XDG_DATA_HOME="$home/.local/share" XDG_CACHE_HOME="$home/.cache") || failed=1
 else
   echo "== integration tests (root): skipped, not running as root; CI runs this pass"
   (cd "$tmp" && pass "rootless, as $(id -un)" ./integration.test) || failed=1
+  (cd "$tmp" && denied_passes "rootless, as $(id -un)") || failed=1
 fi
 exit $failed

@@ -58,6 +58,12 @@ type CloneOptions struct {
 	Warn func(path, msg string)
 	// Progress, if set, is called often (serialized); it must be cheap.
 	Progress func(p Progress)
+	// InPlace writes the tree into dir, which must exist and be empty (a
+	// new Btrfs subvolume), instead of building it beside dir and
+	// renaming it into place: the caller makes the result appear
+	// atomically (CloneCache renames the directory holding it). On error
+	// what was written is removed and dir is left empty.
+	InPlace bool
 }
 
 // CloneResult says what Clone did.
@@ -143,6 +149,17 @@ func clone(ctx context.Context, s *store.Store, cache *LayerCache, commit store.
 	return cloneInto(ctx, storeReader{s}, tree, lowers, dir, opts, cfg)
 }
 
+// CloneStack is Clone of a tree that no commit's stack holds as such:
+// lowers (topmost first, in opts.Layers' flavour) must show it the way
+// overlayfs would merge them — a commit's stack with a delta written by
+// WriteDelta on top (a rebased workspace's new tree).
+func CloneStack(ctx context.Context, s *store.Store, tree store.ID, lowers []string, dir string, opts CloneOptions) (*CloneResult, error) {
+	if err := opts.Layers.check(); err != nil {
+		return nil, err
+	}
+	return cloneInto(ctx, storeReader{s}, tree, lowers, dir, opts, cloneConfig{})
+}
+
 // cloneInto writes tree into dir from the layers lowers (topmost first),
 // which must hold tree (a stack as LayerCache builds it).
 func cloneInto(ctx context.Context, r objectReader, tree store.ID, lowers []string, dir string, opts CloneOptions, cfg cloneConfig) (res *CloneResult, err error) {
@@ -155,7 +172,13 @@ func cloneInto(ctx context.Context, r objectReader, tree store.ID, lowers []stri
 		return nil, fmt.Errorf("clone: mode %q: want auto, reflink or copy", mode)
 	}
 	dir = filepath.Clean(dir)
-	if _, err := os.Lstat(dir); err == nil {
+	if opts.InPlace {
+		if fi, err := os.Lstat(dir); err != nil {
+			return nil, &fs.PathError{Op: "clone", Path: dir, Err: err}
+		} else if !fi.IsDir() || !dirIsEmpty(dir) {
+			return nil, &fs.PathError{Op: "clone", Path: dir, Err: unix.ENOTEMPTY}
+		}
+	} else if _, err := os.Lstat(dir); err == nil {
 		return nil, &fs.PathError{Op: "clone", Path: dir, Err: fs.ErrExist}
 	}
 	parent, name := filepath.Split(dir)
@@ -177,20 +200,26 @@ func cloneInto(ctx context.Context, r objectReader, tree store.ID, lowers []stri
 		src.setWhy(why)
 	}
 
-	tmp, err := os.MkdirTemp(parent, tmpPrefix+name+"-")
-	if err != nil {
-		return nil, fmt.Errorf("clone: %w", err)
+	tmp := dir
+	if !opts.InPlace {
+		if tmp, err = os.MkdirTemp(parent, tmpPrefix+name+"-"); err != nil {
+			return nil, fmt.Errorf("clone: %w", err)
+		}
 	}
 	fd, err := unix.Open(tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		os.Remove(tmp)
+		if !opts.InPlace {
+			os.Remove(tmp)
+		}
 		return nil, &fs.PathError{Op: "open", Path: tmp, Err: err}
 	}
 	defer func() {
 		if err != nil {
 			unix.Fchmod(fd, 0o700)
 			removeContents(fd, 0)
-			unix.Rmdir(tmp) // fails, harmlessly, if tmp is no longer ours
+			if !opts.InPlace {
+				unix.Rmdir(tmp) // fails, harmlessly, if tmp is no longer ours
+			}
 			err = fmt.Errorf("clone %s into %s: %w", tree.Short(), dir, err)
 		}
 		unix.Close(fd)
@@ -215,7 +244,9 @@ func cloneInto(ctx context.Context, r objectReader, tree store.ID, lowers []stri
 			return nil, err
 		}
 	}
-	if err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE); err != nil {
+	if opts.InPlace {
+		// The caller makes it appear.
+	} else if err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE); err != nil {
 		if err == unix.ENOTEMPTY {
 			err = unix.EEXIST
 		}

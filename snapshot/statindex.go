@@ -466,3 +466,65 @@ func (r *varintReader) varint() int64 {
 	r.b = r.b[n:]
 	return v
 }
+
+// CopyIndex writes the stat index at src to dst (replaced atomically) as
+// the index of a directory on device dev: a Btrfs snapshot of the
+// directory src describes holds the same inodes with the same metadata,
+// on a device of its own (CloneCache.Snapshot). Only the header's device
+// and the checksum change; the entries are not decoded.
+func CopyIndex(src, dst string, dev uint64) (*IndexInfo, error) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return nil, fmt.Errorf("stat index: %w", err)
+	}
+	const devAt = len(indexMagic) + 4 + 4 + 32
+	if len(b) < devAt+8+sha256.Size || string(b[:len(indexMagic)]) != indexMagic {
+		return nil, fmt.Errorf("stat index %s: not a stat index: %w", src, store.ErrCorrupt)
+	}
+	body := b[:len(b)-sha256.Size]
+	if s := sha256.Sum256(body); !bytes.Equal(s[:], b[len(body):]) {
+		return nil, fmt.Errorf("stat index %s: checksum mismatch: %w", src, store.ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(b[len(indexMagic):]); v != indexVersion {
+		return nil, fmt.Errorf("stat index %s: version %d, want %d: %w", src, v, indexVersion, store.ErrCorrupt)
+	}
+	binary.LittleEndian.PutUint64(b[devAt:], dev)
+	sum := sha256.Sum256(body)
+	copy(b[len(body):], sum[:])
+	f, err := os.CreateTemp(filepath.Dir(dst), tmpPrefix+filepath.Base(dst)+"-")
+	if err != nil {
+		return nil, fmt.Errorf("stat index: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat index: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("stat index: %w", err)
+	}
+	if err := os.Rename(f.Name(), dst); err != nil {
+		return nil, fmt.Errorf("stat index: %w", err)
+	}
+	n, _ := binary.Uvarint(b[devAt+24:])
+	return &IndexInfo{Entries: int(n), Bytes: int64(len(b)), Multigrain: binary.LittleEndian.Uint32(b[len(indexMagic)+4:])&1 != 0}, nil
+}
+
+// EmptyIndex is a stat index of the directory dir holding nothing (its
+// base the empty tree): a scan against it reports every entry as added,
+// and ApplyUpper of that onto the empty tree (store.ZeroID) reads the
+// whole directory — what a workspace whose index is lost falls back to.
+func EmptyIndex(dir string) (*StatIndex, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	idx := &StatIndex{Dev: st.Dev, RecordedNs: time.Now().UnixNano()}
+	idx.Multigrain, idx.MarginNs = timestampRule(fd, st.Dev)
+	return idx, nil
+}

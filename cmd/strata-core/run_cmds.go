@@ -34,6 +34,7 @@ func runCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "root", Usage: "IMAGE (an imported image's ref) whose tree is / under --from's tree, mounted at --at"},
 			&cli.StringFlag{Name: "at", Usage: "with --root: PATH inside the image where the project appears (e.g. /testbed)"},
 			&cli.StringFlag{Name: "scope", Usage: "an image-rooted run's diff and commit: project (its working directory; default) or all"},
+			backendFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 1 {
@@ -52,6 +53,7 @@ func runCommand(e *env) *cli.Command {
 				Output: c.String("output"), Argv: c.Args().Slice(), Env: c.StringSlice("env"), Cwd: c.String("cwd"),
 				Sandbox: sb, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Warn: e.warn,
 				SubIDs: c.Bool("subids"), Root: c.String("root"), At: c.String("at"), Scope: c.String("scope"),
+				Backend: c.String("backend"),
 			}
 			if e.json && opts.Output == "" {
 				// stdout carries the result object; the command's output
@@ -137,6 +139,7 @@ func batchCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "shard", Usage: "run one shard: K/N runs the jobs whose 0-based index is K mod N; auto reads $JOB_COMPLETION_INDEX (with --shards N) or $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT"},
 			&cli.IntFlag{Name: "shards", Usage: "with --shard auto under a Kubernetes Indexed Job: the number of shards (the job's completions)"},
 			subIDsFlag(),
+			backendFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -165,7 +168,7 @@ func batchCommand(e *env) *cli.Command {
 			sum, err := r.Batch(c.Context, c.Args().First(), e.stdout, strata.BatchOptions{
 				Parallel: c.Int("parallel"), Out: c.String("out"), Output: c.String("output"), Sandbox: sb, SubIDs: c.Bool("subids"),
 				Progress: func(done, total int) { p.update("batch", int64(done), int64(total), false) },
-				Kind:     strata.Kind, Shard: shard, Shards: shards,
+				Kind:     strata.Kind, Shard: shard, Shards: shards, Backend: c.String("backend"),
 			})
 			p.done()
 			if err != nil {
@@ -186,6 +189,11 @@ func batchCommand(e *env) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// backendFlag is --backend of ws create, run and batch.
+func backendFlag() cli.Flag {
+	return &cli.StringFlag{Name: "backend", DefaultText: "the store's, else auto", Usage: "how the writable tree is made: overlay, reflink (a clone, on XFS or Btrfs), copy, or auto (overlay where user namespaces work, else reflink, else copy)"}
 }
 
 func subIDsFlag() cli.Flag {

@@ -30,6 +30,7 @@ func storeCommands(e *env) []*cli.Command {
 				&cli.StringSliceFlag{Name: "ro", Usage: "PATH every sandboxed command of the store sees read-only, e.g. a toolchain under your home (repeatable); a store setting"},
 				&cli.StringSliceFlag{Name: "rw", Usage: "PATH every sandboxed command of the store sees read-write, e.g. a cache (repeatable); a store setting"},
 				&cli.StringSliceFlag{Name: "forget", Usage: "remove PATH from the store's --ro/--rw defaults (repeatable)"},
+				&cli.StringFlag{Name: "backend", DefaultText: "auto", Usage: "the backend of workspaces and runs that name none: overlay, reflink, copy or auto; a store setting"},
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() > 0 {
@@ -53,6 +54,11 @@ func storeCommands(e *env) []*cli.Command {
 						return err
 					}
 				}
+				if c.IsSet("backend") {
+					if err := r.SetDefaultBackend(c.String("backend")); err != nil {
+						return err
+					}
+				}
 				n, err := r.MaxLayers()
 				if err != nil {
 					return err
@@ -61,8 +67,15 @@ func storeCommands(e *env) []*cli.Command {
 				if err != nil {
 					return err
 				}
-				return e.out(map[string]any{"home": r.Home(), "max_layers": n, "view_ro": s.ViewRO, "view_rw": s.ViewRW}, func(w io.Writer) {
+				backend := s.Backend
+				if backend == "" {
+					backend = strata.BackendAuto
+				}
+				return e.out(map[string]any{"home": r.Home(), "max_layers": n, "view_ro": s.ViewRO, "view_rw": s.ViewRW, "backend": backend}, func(w io.Writer) {
 					fmt.Fprintf(w, "store ready at %s (max layers %d)\n", r.Home(), n)
+					if s.Backend != "" {
+						fmt.Fprintf(w, "workspaces and runs use the %s backend unless they name one\n", s.Backend)
+					}
 					for _, p := range s.ViewRO {
 						fmt.Fprintf(w, "sandboxed commands see %s (read-only)\n", p)
 					}

@@ -35,6 +35,7 @@ func wsCommand(e *env) *cli.Command {
 					&cli.StringFlag{Name: "cwd", Usage: "image-rooted: the working directory instead of the image's (absolute, or relative to it)"},
 					&cli.StringSliceFlag{Name: "ro", Usage: "image-rooted: host PATH bound read-only into the root for every command (repeatable)"},
 					&cli.StringSliceFlag{Name: "rw", Usage: "image-rooted: host PATH bound read-write into the root for every command (repeatable)"},
+					backendFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 1 {
@@ -50,12 +51,13 @@ func wsCommand(e *env) *cli.Command {
 						Root: c.String("root"), At: c.String("at"), Scope: c.String("scope"),
 						Env: c.StringSlice("env"), Cwd: c.String("cwd"), RO: c.StringSlice("ro"), RW: c.StringSlice("rw"),
 						KeeperSpec: true, // the front's first exec starts the keeper (docs/hotpath.md)
+						Backend:    c.String("backend"), Warn: func(m string) { e.warn("", m) },
 					})
 					if err != nil {
 						return err
 					}
 					return e.out(w, func(o io.Writer) {
-						fmt.Fprintf(o, "workspace %s on branch %s at %s", w.Name, w.Branch, w.Base.Short())
+						fmt.Fprintf(o, "workspace %s on branch %s at %s%s", w.Name, w.Branch, w.Base.Short(), backendNote(w.Backend))
 						switch {
 						case w.Root != nil && w.Root.At != "":
 							fmt.Fprintf(o, ", at %s in image %s", w.Root.At, w.Root.Env.Short())
@@ -101,6 +103,7 @@ func wsCommand(e *env) *cli.Command {
 						if w.Root != nil {
 							state += " (image)"
 						}
+						state += backendNote(w.Backend)
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.Name, w.Branch, w.Base.Short(), state, ibytes(w.Changes))
 					}
 					return tw.Flush()
@@ -301,4 +304,12 @@ func (e *env) runInWorkspace(c *cli.Context, name string, argv []string, shell b
 		return &exitCode{code: st.Code}
 	}
 	return nil
+}
+
+// backendNote marks a workspace of another backend than overlay.
+func backendNote(b string) string {
+	if b == "" || b == strata.BackendOverlay {
+		return ""
+	}
+	return " (" + b + ")"
 }

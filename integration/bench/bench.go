@@ -207,12 +207,15 @@ func (b *Bench) copyCorpus() (string, error) {
 
 // cleanupWorkspaces removes every workspace of the pass's store: it ends
 // their keepers and frees their tmpfs directories.
-func (b *Bench) cleanupWorkspaces() {
-	if _, err := os.Stat(filepath.Join(b.home, "strata.db")); err != nil {
+func (b *Bench) cleanupWorkspaces() { b.cleanupHome(b.home) }
+
+// cleanupHome removes every workspace of the store at home.
+func (b *Bench) cleanupHome(home string) {
+	if _, err := os.Stat(filepath.Join(home, "strata.db")); err != nil {
 		return
 	}
 	// A fresh context: this also runs after an interrupt.
-	cmd := exec.Command(b.strata, "--home", b.home, "--json", "ws", "list")
+	cmd := exec.Command(b.strata, "--home", home, "--json", "ws", "list")
 	out, err := cmd.Output()
 	if err != nil {
 		b.logf("cleanup: ws list: %v", err)
@@ -232,7 +235,7 @@ func (b *Bench) cleanupWorkspaces() {
 	if len(names) == 0 {
 		return
 	}
-	args := append([]string{"--home", b.home, "-q", "ws", "rm", "--force"}, names...)
+	args := append([]string{"--home", home, "-q", "ws", "rm", "--force"}, names...)
 	if out, err := exec.Command(b.strata, args...).CombinedOutput(); err != nil {
 		b.logf("cleanup: ws rm: %v: %s", err, out)
 	}

@@ -16,9 +16,10 @@
 //
 //	BENCH_QUICK=1        small N everywhere, no 100k tree: a smoke run (a few minutes)
 //	BENCH_ONLY=a,b       only these scenarios (create, peers, reads, commit, sandbox,
-//	                     runs, view, mcp, deltas, push, floor, images) or issues (workspaces =
-//	                     create,peers,reads; store = deltas; share = push; hotpath = floor;
-//	                     environments = images)
+//	                     runs, view, mcp, deltas, push, floor, images, backends) or
+//	                     issues (workspaces = create,peers,reads; store = deltas;
+//	                     share = push; hotpath = floor; environments = images;
+//	                     backends: XFS and Btrfs on loop devices, root)
 //	BENCH_BASE=BIN       a baseline strata (beside its strata-init) for the view
 //	                     scenario's before/after rows; BENCH_BASE_REV names it
 //	BENCH_OUT=FILE       the results file (default /tmp/strata-bench/results.md)
@@ -77,6 +78,10 @@ type config struct {
 	peersPass                            string // the pass that runs the commit peers
 	command, rev                         string
 	base, baseRev                        string // the view scenario's baseline strata binary, and its revision
+	// fsDirs are the backends scenario's filesystems ({"xfs", mount point}),
+	// made by the root parent; fsSkip says why there are none.
+	fsDirs [][2]string
+	fsSkip string
 
 	// worker mode (the rootless pass, started by the root parent)
 	worker, cleanupOnly bool
@@ -105,6 +110,7 @@ var scenarios = []scenario{
 	{name: "push", issue: "share", run: runPush, report: reportPush},
 	{name: "floor", issue: "hotpath", run: runFloor, report: reportFloor},
 	{name: "images", issue: "environments", run: runImages, report: reportImages},
+	{name: "backends", issue: "backends", run: runBackends, report: reportBackends},
 }
 
 func (c config) selected(s scenario) bool {
@@ -136,6 +142,9 @@ func parseConfig() config {
 	flag.StringVar(&c.base, "base", os.Getenv("BENCH_BASE"), "a baseline strata binary (with its strata-init) for the view scenario")
 	flag.StringVar(&c.baseRev, "base-rev", os.Getenv("BENCH_BASE_REV"), "the baseline's revision, shown in the results")
 	flag.StringVar(&c.peersPass, "peers-pass", "", "the pass that runs the commit peers (internal)")
+	var fsDirs string
+	flag.StringVar(&fsDirs, "fs", "", "the backends scenario's filesystems: NAME=DIR,... (internal)")
+	flag.StringVar(&c.fsSkip, "fs-skip", "", "why the backends scenario has no filesystem (internal)")
 	flag.BoolVar(&c.worker, "worker", false, "run the rootless pass and write its Measures as JSON (internal)")
 	flag.BoolVar(&c.cleanupOnly, "cleanup", false, "remove every workspace of -home (internal)")
 	flag.StringVar(&c.home, "home", "", "the pass's store (internal)")
@@ -145,6 +154,11 @@ func parseConfig() config {
 	c.n = fullCounts
 	if c.quick {
 		c.n = quickCounts
+	}
+	for _, f := range strings.Split(fsDirs, ",") {
+		if name, dir, ok := strings.Cut(f, "="); ok {
+			c.fsDirs = append(c.fsDirs, [2]string{name, dir})
+		}
 	}
 	c.only = map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
@@ -288,7 +302,7 @@ func dropAsRoot() func() error {
 func orchestrate(ctx context.Context, cfg config) int {
 	started := time.Now()
 	if bad := unknownOnly(cfg); len(bad) > 0 {
-		fmt.Fprintf(os.Stderr, "bench: BENCH_ONLY names no scenario: %s (have create, peers, reads, commit, sandbox, runs, view, mcp, deltas, push, floor; workspaces, commit, sandbox, runs, view, mcp, store, share, hotpath)\n", strings.Join(bad, ", "))
+		fmt.Fprintf(os.Stderr, "bench: BENCH_ONLY names no scenario: %s (have create, peers, reads, commit, sandbox, runs, view, mcp, deltas, push, floor, backends; workspaces, commit, sandbox, runs, view, mcp, store, share, hotpath, backends)\n", strings.Join(bad, ", "))
 		return 2
 	}
 	if _, err := os.Stat(filepath.Join(cfg.corpus, "node_modules")); err != nil {
@@ -326,6 +340,24 @@ func orchestrate(ctx context.Context, cfg config) int {
 	}
 
 	isRoot := os.Geteuid() == 0
+	// The backends scenario's XFS and Btrfs, made as root for both passes.
+	if cfg.selected(scenarios[len(scenarios)-1]) {
+		if !isRoot {
+			cfg.fsSkip = "making an XFS and a Btrfs on loop devices needs root (run `make bench` as root)"
+		} else {
+			uid, gid := 0, 0
+			if u, err := user.Lookup(cfg.user); err == nil {
+				uid, _ = strconv.Atoi(u.Uid)
+				gid, _ = strconv.Atoi(u.Gid)
+			}
+			fss, why := makeLoopFS(base, uid, gid)
+			defer unmountLoopFS(fss)
+			cfg.fsSkip = why
+			for _, f := range fss {
+				cfg.fsDirs = append(cfg.fsDirs, [2]string{f.name, f.mnt})
+			}
+		}
+	}
 	if isRoot {
 		cfg.peersPass = "root"
 		res.Passes = append(res.Passes, "root")
@@ -425,7 +457,12 @@ func rootlessPass(ctx context.Context, cfg config, base string) ([]Measure, []st
 	}
 	args := []string{"-worker", "-strata", cfg.strata, "-corpus", cfg.corpus, "-cache", cfg.cache,
 		"-home", store, "-work", home, "-json", jsonOut, "-peers-pass", cfg.peersPass,
-		"-only", strings.Join(keys(cfg.only), ","), "-base", cfg.base}
+		"-only", strings.Join(keys(cfg.only), ","), "-base", cfg.base, "-fs-skip", cfg.fsSkip}
+	var fsArg []string
+	for _, f := range cfg.fsDirs {
+		fsArg = append(fsArg, f[0]+"="+f[1])
+	}
+	args = append(args, "-fs", strings.Join(fsArg, ","))
 	if cfg.quick {
 		args = append(args, "-quick")
 	}
@@ -646,6 +683,7 @@ func render(cfg config, info [][2]string, res *Results, errs []string, took time
 		{"share", "Issue \"share\" (16): snapshots through an OCI registry, against skopeo"},
 		{"hotpath", "Issue \"hotpath\" (14): the hot path beside the floor"},
 		{"environments", "Issue \"environments\" (13): container images as roots, against podman"},
+		{"backends", "Issue \"backends\" (17): reflink workspaces on XFS and Btrfs, beside overlay and `cp --reflink`"},
 	}
 	for _, sec := range sections {
 		var tables []Table

@@ -18,9 +18,8 @@ import (
 // made (Record.Backend; DESIGN.md, "backend"). The verbs — which commits,
 // which branches, which registry transactions — are the same for every
 // backend; they reach the workspace's files only through this interface.
-// Only overlay is implemented; reflink and copy (issue 17) fit here: a
-// materialized tree in the workspace directory, a stat-cache scan for
-// Read, a re-materialization for Reset.
+// Overlay (overlay.go) and reflink and copy (plain.go: a cloned tree in
+// the workspace directory, a stat-index scan for Read) implement it.
 type Backend interface {
 	// Prepare lays out a new workspace's writable tree while its state
 	// directory is being built in tmp (renamed to rec.Dir once complete),
@@ -60,6 +59,8 @@ func (m *Manager) Backend(rec *Record) (Backend, error) {
 	switch rec.Backend {
 	case BackendOverlay, "":
 		return overlay{m}, nil
+	case BackendReflink, BackendCopy:
+		return m.plainBackend(rec.Backend), nil
 	}
 	return nil, fmt.Errorf("workspace %q: backend %q: not known to this strata (made by a newer one?): %w", rec.Name, rec.Backend, ErrUnsupported)
 }

@@ -36,9 +36,14 @@ type Stdio struct {
 // Exec runs a command in workspace name, starting its keeper if needed,
 // and returns the command's exit status. Errors are strata's own.
 func (m *Manager) Exec(ctx context.Context, name string, opts CommandOptions, io Stdio) (ExitStatus, error) {
-	k, err := m.Keeper(ctx, name)
-	if err != nil {
-		return ExitStatus{}, err
+	k, pst, handled, err := m.execPlain(ctx, name, opts, io)
+	if handled {
+		return pst, err
+	}
+	if k == nil {
+		if k, err = m.Keeper(ctx, name); err != nil {
+			return ExitStatus{}, err
+		}
 	}
 	var cmd nsexec.Command
 	rf, isRoot, err := readRootFile(m.Layout.Workspace(name))

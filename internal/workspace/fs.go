@@ -11,12 +11,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stratafs/strata/nsexec"
+	"github.com/stratafs/strata/snapshot"
 )
 
 // RemoveAll removes a tree that may hold read-only directories (an upper
 // copied from a read-only lower, a workdir the kernel made mode 0), and
 // files of subordinate ids (nsexec.RemoveAll).
 func RemoveAll(dir string) error {
+	// A reflink workspace's tree on Btrfs is a subvolume: destroyed at
+	// once where the kernel lets this user (root, or a filesystem
+	// mounted with user_subvol_rm_allowed); otherwise emptied below and
+	// removed by rmdir like a directory.
+	if snapshot.IsSubvolume(dir) && snapshot.DestroySubvolume(dir) == nil {
+		return nil
+	}
 	err := os.RemoveAll(dir)
 	if err == nil {
 		return nil

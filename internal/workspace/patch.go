@@ -41,6 +41,9 @@ func (e *FileError) Unwrap() error { return e.Err }
 // kernel's copy-up would make them). The result is what writing the same
 // files in the merged view would give.
 func WriteUpper(ctx context.Context, st *store.Store, baseTree store.ID, upper string, files []UpperFile) error {
+	// A reflink or copy run's tree is the whole tree: a deleted path is
+	// only removed (plainrun.go).
+	plainTree := isPlainTree(upper)
 	for _, p := range files {
 		if err := ensureUpperParents(ctx, st, baseTree, upper, p.Path); err != nil {
 			return err
@@ -48,6 +51,7 @@ func WriteUpper(ctx context.Context, st *store.Store, baseTree store.ID, upper s
 		dst := filepath.Join(upper, filepath.FromSlash(p.Path))
 		_ = os.Remove(dst)
 		switch {
+		case p.Delete && plainTree:
 		case p.Delete:
 			if err := unix.Mknod(dst, unix.S_IFCHR|0o000, 0); err != nil {
 				return fmt.Errorf("patch: whiteout %s: %w", p.Path, err)

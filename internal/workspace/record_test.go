@@ -94,7 +94,7 @@ func TestRecordLegacy(t *testing.T) {
 	if _, err := m.Backend(rec); err != nil {
 		t.Errorf("overlay backend: %v", err)
 	}
-	rec.Backend = "reflink"
+	rec.Backend = "zfs"
 	if _, err := m.Backend(rec); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("unknown backend: %v; want ErrUnsupported", err)
 	}

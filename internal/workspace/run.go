@@ -54,6 +54,8 @@ type Run struct {
 	root       *Root
 	subIDs     bool
 	rootLowers []string
+	// The reflink or copy backend (plainrun.go); "" is overlay.
+	plain string
 }
 
 // NewRun makes the directory of run id: in the tmpfs directory, or with
@@ -77,6 +79,9 @@ func (m *Manager) NewRun(id string, disk bool) (*Run, error) {
 // layers and a sweep knows it alive), and makes base's layer stack ready
 // under the layer lock, which the run holds until its command has ended.
 func (r *Run) Prepare(ctx context.Context, base store.ID) error {
+	if r.plain != "" {
+		return r.preparePlain(ctx, base)
+	}
 	_, startTicks, _ := procStart(os.Getpid())
 	rs := runState{PID: os.Getpid(), Start: startTicks, Base: base.String()}
 	if r.root.OnEnv() {
@@ -121,6 +126,9 @@ func (r *Run) release() {
 // Discard removes the run's directory.
 func (r *Run) Discard() {
 	r.release()
+	if r.plain != "" {
+		_ = RemoveAll(r.Upper) // a subvolume goes at once where Btrfs allows it
+	}
 	_ = RemoveAll(r.Dir)
 }
 
@@ -129,6 +137,7 @@ type Command struct {
 	spec nsexec.Spec
 	cmd  nsexec.Command
 	warn func(string)
+	nons *noNSPlan // a plain run's command where user namespaces are denied
 }
 
 // Command builds the run's spec (source is its base's Source) and the
@@ -136,6 +145,9 @@ type Command struct {
 func (r *Run) Command(source string, subIDs bool, opts CommandOptions) (*Command, error) {
 	if r.root != nil {
 		return r.rootCommand(subIDs, opts)
+	}
+	if r.plain != "" {
+		return r.plainCommand(source, subIDs, opts)
 	}
 	spec := r.m.buildSpec(mount{
 		Name: "run-" + r.ID, Dir: r.Dir, Lowers: r.lowers, Upper: r.Upper, Work: r.Work,
@@ -154,6 +166,9 @@ func (r *Run) Command(source string, subIDs bool, opts CommandOptions) (*Command
 // Exec runs c in its own namespaces: PID 1 runs the command and exits
 // with its status; ctx's end kills it, and everything in the run with it.
 func (r *Run) Exec(ctx context.Context, c *Command, io Stdio) (ExitStatus, error) {
+	if r.plain != "" {
+		return r.execPlain(ctx, c, io)
+	}
 	status, err := nsexec.Run(ctx, c.spec, c.cmd, io.Stdin, io.Stdout, io.Stderr)
 	r.release()
 	if err == nil && r.root == nil {
@@ -165,6 +180,9 @@ func (r *Run) Exec(ctx context.Context, c *Command, io Stdio) (ExitStatus, error
 // Changes reads what the run changed: its summary, and the changes to
 // apply to its base's tree.
 func (r *Run) Changes() (DiffStat, []snapshot.UpperChange, error) {
+	if r.plain != "" {
+		return r.plainChanges()
+	}
 	changes, err := overlayfs.Changes(r.Upper, r.lowers, Flavour())
 	if err != nil {
 		return DiffStat{}, nil, fmt.Errorf("run: reading the change: %w", err)
@@ -185,6 +203,9 @@ func (r *Run) Changes() (DiffStat, []snapshot.UpperChange, error) {
 // where a workspace's live (the workspace directory, or the tmpfs
 // directory). It returns the record to register; base's Source is source.
 func (r *Run) Adopt(name, branch, source string, subIDs bool) (*Record, error) {
+	if r.plain != "" {
+		return r.adoptPlain(name, branch, source)
+	}
 	m := r.m
 	wsdir := m.Layout.Workspace(name)
 	if err := mkdirs(0o700, layout.MergedDir(wsdir)); err != nil {

@@ -36,6 +36,8 @@ type Tree struct {
 	state   *upperState
 	changes []overlayfs.Change
 	prev    *committedIndex // the index read (nil: none valid)
+	// plain is a reflink or copy workspace's scan (plain.go).
+	plain *snapshot.ScanResult
 }
 
 // Read reads the workspace's upper directory into a tree through writer

@@ -197,6 +197,26 @@ def test_batch_dict_jobs(store):
     assert len(out) == 1 and out[0].stdout == "one\ntwo\n"
 
 
+def test_backend_copy(store):
+    """The copy backend (any filesystem): a workspace that is a directory of its
+    own, where a directory of the base renames; a run and a batch on it."""
+    with store.workspace("c", backend="copy") as ws:
+        assert ws.info["backend"] == "copy"
+        assert ws.path().endswith("/workspaces/c/upper")
+        r = ws.exec(["sh", "-c", "mv src lib && echo three >> a.txt"])
+        assert r.ok, r
+        assert "lib/mod.py" in ws.diff()
+        ws.commit("renamed")
+        assert ws.diff() == ""
+    r = store.run(["sh", "-c", "mv src lib && ls lib"], backend="copy")
+    assert r.ok and r.stdout == "mod.py\n" and r.raw["backend"] == "copy"
+    out = list(store.batch([Job(id="b", command="test -d src"), {"id": "o", "cmd": "true", "backend": "overlay"}],
+                           parallel=2, backend="copy"))
+    got = {res.id: res for res in out}
+    assert got["b"].ok and got["o"].ok
+    assert got["b"].raw["backend"] == "copy" and got["o"].raw["backend"] == "overlay"
+
+
 def test_import_git(store, tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -103,7 +103,7 @@ func (p *Planner) Command(target string, opts CommandOptions) (nsexec.Command, e
 	}
 	env := os.Environ()
 	if opts.Sandbox.Mode != SandboxNone {
-		env = sandboxEnv(env)
+		env = SandboxEnv(env)
 	}
 	cmd := nsexec.Command{
 		Argv: opts.Argv,
@@ -220,10 +220,10 @@ func MergeEnv(base, extra []string) []string {
 // --env HOME=... overrides it.
 const sandboxHome = "/tmp"
 
-// sandboxEnv points HOME at sandboxHome and TMPDIR at the private /tmp, and
+// SandboxEnv points HOME at sandboxHome and TMPDIR at the private /tmp, and
 // drops XDG base directories: they usually point outside the fence (into
 // the real home, or a per-user temporary directory).
-func sandboxEnv(env []string) []string {
+func SandboxEnv(env []string) []string {
 	out := make([]string, 0, len(env)+1)
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")

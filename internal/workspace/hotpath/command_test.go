@@ -28,8 +28,8 @@ func TestSandboxEnv(t *testing.T) {
 				"NO_UPDATE_NOTIFIER=1", "PIP_DISABLE_PIP_VERSION_CHECK=1"},
 		},
 	} {
-		if got := sandboxEnv(tc.env); !slices.Equal(got, tc.want) {
-			t.Errorf("sandboxEnv(%q) = %q; want %q", tc.env, got, tc.want)
+		if got := SandboxEnv(tc.env); !slices.Equal(got, tc.want) {
+			t.Errorf("SandboxEnv(%q) = %q; want %q", tc.env, got, tc.want)
 		}
 	}
 }

@@ -18,6 +18,9 @@ type Settings struct {
 	// (`strata init --ro/--rw`).
 	ViewRO []string `json:"view_ro,omitempty"`
 	ViewRW []string `json:"view_rw,omitempty"`
+	// Backend is the backend of workspaces and runs that name none
+	// (`strata init --backend`); "" is auto.
+	Backend string `json:"backend,omitempty"`
 }
 
 // ReadSettings reads the settings file; a missing one is the defaults.

@@ -34,11 +34,13 @@ const (
 	DBName         = "strata.db"     // the store's database (package store)
 	SettingsName   = "settings.json" // the store's settings
 	FeaturesName   = "features.json" // the overlay probe's cached answer
+	UserNSName     = "userns.json"   // the user-namespace probe's cached answer (backend auto)
 	LayersName     = "layers"        // the layer cache (package snapshot)
 	LayersLockName = "layers.lock"   // gc's lock against mounts being made
 	CacheName      = "cache"         // the sandbox's compiled programs (internal/sandbox)
 	WorkspacesName = "workspaces"    // one directory per workspace
 	RunsName       = "runs"          // one directory per one-shot run (here: --disk runs)
+	ClonesName     = "clones"        // the clone cache on Btrfs (package snapshot)
 	// TempPrefix starts every directory or file that is being made and
 	// is renamed into place once complete; gc removes old ones.
 	TempPrefix = ".tmp-"
@@ -158,6 +160,10 @@ func (l Layout) Layers() string { return filepath.Join(l.home, LayersName) }
 // LayersLock is the lock gc takes exclusively to evict layers, and a
 // workspace shared while it computes and mounts its stack.
 func (l Layout) LayersLock() string { return filepath.Join(l.home, LayersLockName) }
+
+// Clones is the clone cache's directory (its contents are snapshot's):
+// reflink workspaces on Btrfs are snapshots of its subvolumes.
+func (l Layout) Clones() string { return filepath.Join(l.home, ClonesName) }
 
 // Cache is the sandbox's cache of compiled programs.
 func (l Layout) Cache() string { return filepath.Join(l.home, CacheName) }

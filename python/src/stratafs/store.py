@@ -19,7 +19,7 @@ __all__ = ["Store", "Workspace", "Result", "RunResult", "Job", "JobResult", "SUP
 #: refuses a binary whose schema it has not been tested with.
 SUPPORTED_SCHEMA = range(1, 3)
 #: Keeper protocol versions this SDK has been tested with.
-SUPPORTED_PROTOCOL = range(5, 7)
+SUPPORTED_PROTOCOL = range(5, 8)
 
 #: Exit code of a command strata ended at its timeout (as ``timeout(1)``).
 EXIT_TIMEOUT = 124
@@ -107,6 +107,8 @@ class Job:
     root: str = ""
     at: str = ""
     scope: str = ""
+    #: "overlay", "reflink", "copy" or "auto"; "" takes the batch's (the store's default).
+    backend: str = ""
 
     def to_json(self) -> Dict[str, Any]:
         j: Dict[str, Any] = {"cmd": list(self.command) if not isinstance(self.command, str) else self.command}
@@ -129,6 +131,8 @@ class Job:
         for k in ("root", "at", "scope"):
             if getattr(self, k):
                 j[k] = getattr(self, k)
+        if self.backend:
+            j["backend"] = self.backend
         return j
 
 
@@ -335,7 +339,8 @@ class Store:
 
     def workspace(self, name: str, from_: str = "main", *, tmpfs: bool = False, branch: str = "",
                   keep: bool = False, root: str = "", at: str = "", scope: str = "",
-                  env: Optional[Mapping[str, str]] = None, cwd: str = "") -> "Workspace":
+                  env: Optional[Mapping[str, str]] = None, cwd: str = "",
+                  backend: str = "") -> "Workspace":
         """Create workspace ``name`` from ``from_`` and return it.
 
         Used as a context manager it is removed on exit, uncommitted changes
@@ -345,7 +350,11 @@ class Store:
         environment (``env`` and ``cwd`` override it), and ``scope``
         ("project", default, or "all") is what its diff and commits cover.
         ``root`` (an image) with ``at`` puts ``from_`` as a project at ``at``
-        over that image instead.
+        over that image instead. ``backend`` is how its writable tree
+        is made: ``"overlay"``, ``"reflink"`` (a clone, on XFS or Btrfs),
+        ``"copy"`` or ``"auto"``; ``""`` takes the store's default (auto).
+        An image-rooted workspace is always overlay.
+        ``Workspace.info["backend"]`` says which it got.
         """
         args = ["ws", "create", name]
         if branch:
@@ -363,6 +372,8 @@ class Store:
         if cwd:
             args += ["--cwd", cwd]
         args += _env_flags(env)
+        if backend:
+            args += ["--backend", backend]
         info = self._json(*args)
         return Workspace(self, name, info if isinstance(info, dict) else {}, keep=keep)
 
@@ -390,10 +401,12 @@ class Store:
 
     def run(self, command: Command, from_: str = "main", *, patch: str = "", timeout: Optional[float] = None,
             env: Optional[Mapping[str, str]] = None, cwd: str = "", keep: bool = False, commit: str = "",
-            root: str = "", at: str = "", scope: str = "") -> RunResult:
+            root: str = "", at: str = "", scope: str = "",
+            backend: str = "") -> RunResult:
         """Fork ``from_``, apply ``patch`` (its text), run ``command``, report, then discard the
         workspace (or ``keep`` it, or ``commit`` its changes to a branch): ``strata run``.
-        ``root``, ``at`` and ``scope`` as for :meth:`workspace`."""
+        ``root``, ``at``, ``scope`` and ``backend`` as for :meth:`workspace`
+        (``raw["backend"]`` says which ran)."""
         out_dir = tempfile.mkdtemp(prefix="stratafs-run-")
         try:
             args = ["run", "--from", from_, "--output", out_dir]
@@ -408,6 +421,8 @@ class Store:
                 args += ["--commit", commit]
             if cwd:
                 args += ["--cwd", cwd]
+            if backend:
+                args += ["--backend", backend]
             args += _env_flags(env)
             data = None
             if patch:
@@ -442,9 +457,11 @@ class Store:
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
 
-    def batch(self, jobs: Iterable[Union[Job, Mapping[str, Any]]], parallel: int = 4) -> Iterator[JobResult]:
+    def batch(self, jobs: Iterable[Union[Job, Mapping[str, Any]]], parallel: int = 4, *,
+              backend: str = "") -> Iterator[JobResult]:
         """Run ``jobs`` (``Job``s, or dicts in ``strata batch``'s line format), ``parallel`` at once,
-        yielding each :class:`JobResult` as it finishes (not in order)."""
+        yielding each :class:`JobResult` as it finishes (not in order). ``backend`` is every job's
+        that names none (as for :meth:`workspace`)."""
         self.version()
         lines = [json.dumps(j.to_json() if isinstance(j, Job) else dict(j)) for j in jobs]
         fd, path = tempfile.mkstemp(prefix="stratafs-batch-", suffix=".jsonl")
@@ -452,6 +469,8 @@ class Store:
             with os.fdopen(fd, "w") as f:
                 f.write("\n".join(lines) + ("\n" if lines else ""))
             argv = self._base() + ["batch", "--parallel", str(max(1, parallel)), path]
+            if backend:
+                argv[-1:-1] = ["--backend", backend]
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._popen_env())
             try:
                 assert p.stdout is not None
