@@ -118,3 +118,20 @@ func TestCacheRootsPlain(t *testing.T) {
 		t.Errorf("keep %v: want the overlay's base and the unmade copy's, not the made reflink's", keep)
 	}
 }
+
+// TestRootBackend: an image-rooted workspace or run is an overlay stack;
+// asking for a reflink or copy one is a usage error, before anything is
+// made.
+func TestRootBackend(t *testing.T) {
+	for _, asked := range []string{"", BackendAuto, BackendOverlay} {
+		got, err := rootBackend(asked)
+		if err != nil || got != BackendOverlay {
+			t.Errorf("rootBackend(%q) = %q, %v; want overlay", asked, got, err)
+		}
+	}
+	for _, asked := range []string{BackendReflink, BackendCopy, "bogus"} {
+		if got, err := rootBackend(asked); err == nil || !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("rootBackend(%q) = %q, %v; want an invalid-argument error", asked, got, err)
+		}
+	}
+}

@@ -96,7 +96,17 @@ func TestImageRootWorkspace(t *testing.T) {
 	h := newHome(t)
 	h.env = append(h.env, "STRATA_TEST_HOST_ONLY=leak")
 	importImage(h, "oci:"+filepath.Join(imgs, "oci")+":instance", "-b", "inst")
-	h.ok("ws", "create", "w", "--from", "inst")
+	// An image root is an overlay stack: no reflink or copy form, refused
+	// before anything is made.
+	for _, b := range []string{"copy", "reflink"} {
+		if r := h.fails(2, "ws", "create", "w", "--from", "inst", "--backend", b); !strings.Contains(r.stderr, "image-rooted") {
+			t.Errorf("ws create --backend %s of an image: %q", b, r.stderr)
+		}
+	}
+	if r := h.fails(2, "run", "--from", "inst", "--backend", "copy", "--", "true"); !strings.Contains(r.stderr, "image-rooted") {
+		t.Errorf("run --backend copy of an image: %q", r.stderr)
+	}
+	h.ok("ws", "create", "w", "--from", "inst", "--backend", "auto")
 	defer h.run("ws", "rm", "--force", "w")
 
 	// The image's world, not the host's.

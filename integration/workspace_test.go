@@ -402,12 +402,23 @@ func TestNoUserNamespaces(t *testing.T) {
 	if r := as("import", proj); r.code != 0 {
 		t.Fatalf("import as %s: %s", user, r)
 	}
-	if r := as("ws", "create", "w"); r.code != 0 {
+	// An overlay workspace needs them: its exec fails naming the sysctl.
+	if r := as("ws", "create", "w", "--backend", "overlay"); r.code != 0 {
 		t.Fatalf("ws create as %s: %s", user, r)
 	}
 	r := as("exec", "w", "--", "true")
 	if r.code != 125 || !strings.Contains(r.stdout, "max_user_namespaces") {
-		t.Errorf("exec without user namespaces: want exit 125 naming user.max_user_namespaces, got %s", r)
+		t.Errorf("exec in an overlay workspace without user namespaces: want exit 125 naming user.max_user_namespaces, got %s", r)
+	}
+	// auto picks a namespace-free backend, whose commands run fenced by
+	// Landlock and seccomp, saying what they go without.
+	r = as("ws", "create", "a")
+	if r.code != 0 || !strings.Contains(r.stdout, "(copy)") && !strings.Contains(r.stdout, "(reflink)") {
+		t.Fatalf("ws create (auto) without user namespaces: want a copy or reflink workspace, got %s", r)
+	}
+	r = as("exec", "a", "--", "sh", "-c", "echo hi > f && cat f")
+	if r.code != 0 || !strings.Contains(r.stdout, "hi\n") || !strings.Contains(r.stdout, "no user namespaces here") {
+		t.Errorf("exec in an auto workspace without user namespaces: %s", r)
 	}
 	r = as("doctor")
 	if r.code != 1 || !strings.Contains(r.stdout, "max_user_namespaces") {
