@@ -374,6 +374,7 @@ func evictAll(t *testing.T, h *home) {
 // made in a reflink or copy workspace, committed and exported, gives the
 // workspace's tree exactly; the workspace is clean afterwards.
 func TestBackendConformance(t *testing.T) {
+	parallel(t)
 	for _, c := range backendCases() {
 		t.Run(c.name, func(t *testing.T) {
 			h, _ := backendHome(t, c)

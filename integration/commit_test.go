@@ -85,6 +85,7 @@ var cleanCases = map[string]func(merged string) bool{
 // in metadata; and `diff --patch` applied with git apply to an export of
 // the parent reproduces the commit's files.
 func TestCommitConformance(t *testing.T) {
+	parallel(t)
 	h := newHome(t)
 	src := filepath.Join(t.TempDir(), "proj")
 	baseTree(t, src)

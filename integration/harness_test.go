@@ -158,3 +158,15 @@ func sh(t testing.TB, dir, script string) string {
 	}
 	return string(out)
 }
+
+// parallel marks one of the long tests that may run beside another: each
+// has its own home, registry, images and temporary directories, and none
+// measures time. Most of a test's time is spent waiting for the processes
+// it starts, one at a time, so two of them together use the CI machine's
+// two cores where one leaves a third of them idle (CI must stay under 30
+// minutes). STRATA_IT_SERIAL=1 runs them one after another.
+func parallel(t *testing.T) {
+	if os.Getenv("STRATA_IT_SERIAL") != "1" {
+		t.Parallel()
+	}
+}

@@ -320,6 +320,7 @@ func TestImageUnsafeLayer(t *testing.T) {
 // stack (each layer a delta with its own whiteouts), which is what a
 // workspace on the image sees. Owners need root.
 func TestImageConformance(t *testing.T) {
+	parallel(t)
 	testutil.AsRoot(t)
 	umoci := testutil.LookPath(t, "umoci")
 	imgs := testImages(t)

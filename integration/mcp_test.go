@@ -620,6 +620,7 @@ func inspector(t *testing.T) string {
 // lists the tools and calls workspace_create → write_file → exec → diff →
 // checkpoint → rollback, over stdio and over streamable HTTP.
 func TestMCPInspector(t *testing.T) {
+	parallel(t)
 	insp := inspector(t)
 	h := newHome(t)
 	mcpProject(t, h)

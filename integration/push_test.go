@@ -134,6 +134,7 @@ func (r *registry) blobs(t *testing.T) map[string]int64 {
 // 127.0.0.1, behind a proxy that counts bytes from its side) and strata
 // pull into other stores.
 func TestPushPull(t *testing.T) {
+	parallel(t)
 	imgs := testImages(t)
 	reg := startRegistry(t)
 	px := startProxy(t, reg)

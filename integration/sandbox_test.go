@@ -252,6 +252,7 @@ func buildStaticProbe(t testing.TB) string {
 // TestSandboxWorkflow: real work succeeds inside --sandbox agent: git, npm
 // and node on the corpus, go build and test, python, gcc, make.
 func TestSandboxWorkflow(t *testing.T) {
+	parallel(t)
 	h, src := corpusHome(t)
 	h.ok("ws", "create", "w")
 	defer h.run("ws", "rm", "--force", "w")

@@ -79,6 +79,7 @@ func duBytes(t *testing.T, dir string) int64 {
 // under 1 MiB on disk at every step (store, layer cache, upper, export),
 // its holes where they were (the SEEK_HOLE maps compared).
 func TestSparseRoundTrip(t *testing.T) {
+	parallel(t)
 	const size = 2 << 30
 	const maxDisk = 1 << 20
 	h := newHome(t)

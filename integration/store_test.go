@@ -27,6 +27,7 @@ import (
 // directory, reproduces it exactly (diff -r, plus metadata: modes, mtimes,
 // symlinks, hardlinks, empty dirs, xattrs). A second import reads nothing.
 func TestCorpusRoundTrip(t *testing.T) {
+	parallel(t)
 	src := corpus(t)
 	h := newHome(t)
 	h.ok("init")

@@ -48,6 +48,7 @@ type sweReport struct {
 // not (and is not run unless asked), a patch that breaks the build does
 // not, a patch that does not apply is an error.
 func TestSWEBench(t *testing.T) {
+	parallel(t)
 	imgs := testImages(t)
 	src := swebenchSrc(t)
 	py := testutil.LookPath(t, "python3")

@@ -457,6 +457,7 @@ func TestViewSpecial(t *testing.T) {
 // clone of a local bare repository given with --ro. (TestSandboxWorkflow
 // runs git, npm test, node, gcc and make in the view too.)
 func TestViewWorkflow(t *testing.T) {
+	parallel(t)
 	for _, tool := range []string{"/usr/bin/python3", "go", "git"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testutil.Skip(t, tool+" is not installed (make deps)")

@@ -31,6 +31,7 @@ func corpusHome(t *testing.T) (*home, string) {
 // git, node) at the corpus's own path; what it writes is visible through
 // ws path, and invisible in the source tree and in other workspaces.
 func TestWorkspaceCorpus(t *testing.T) {
+	parallel(t)
 	h, src := corpusHome(t)
 	h.ok("ws", "create", "a")
 	h.ok("ws", "create", "b")
