@@ -338,7 +338,7 @@ func baseAt(m []chunkAt, off int64) ID {
 // than its ends, and the dictionary encoder would cost ~1 ms per chunk of
 // a large rewritten file.
 func (w *Writer) storeLike(p []byte, base ID) (codec int, data []byte, fullCodec int, full []byte) {
-	if len(p) >= minDelta {
+	if deltasOn && len(p) >= minDelta {
 		if used, bp, depth, ok := w.s.deltaBase(w.ctx, base); ok {
 			d, err := encodeDeltaOpt(p, bp, used, depth+1, false)
 			if err == nil && d != nil && len(d) <= len(p)/8 {

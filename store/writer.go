@@ -828,6 +828,9 @@ func (w *Writer) WriteBytes(b []byte) (ID, error) {
 // WriteBytesLike is WriteBytes for a new version of the content prev
 // (ZeroID: none): the chunk may be stored as a delta against prev's.
 func (w *Writer) WriteBytesLike(b []byte, prev ID) (ID, error) {
+	if !deltasOn {
+		prev = ZeroID
+	}
 	if len(b) > SmallFileMax || prev.IsZero() {
 		if len(b) > SmallFileMax {
 			id, _, err := w.WriteContentLike(bytes.NewReader(b), prev)
@@ -850,7 +853,7 @@ func (w *Writer) WriteBytesLike(b []byte, prev ID) (ID, error) {
 // (ZeroID: none): each new chunk may be stored as a delta against the
 // chunk of prev at the same offset.
 func (w *Writer) WriteContentLike(r io.Reader, prev ID) (ID, int64, error) {
-	if prev.IsZero() {
+	if prev.IsZero() || !deltasOn {
 		return w.WriteContent(r)
 	}
 	if err := w.begin(); err != nil {
