@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/stratafs/strata/internal/textdiff"
 	"github.com/stratafs/strata/internal/workspace/hotpath"
 	"github.com/stratafs/strata/internal/workspace/layout"
 	"github.com/stratafs/strata/nsexec"
@@ -191,23 +190,7 @@ func plainDiffStat(ctx context.Context, st *store.Store, base store.ID, changes 
 			old.Type == store.TypeFile && old.Size == fi.Size && a != nil && bytes.Equal(a, b) {
 			continue // touched, or its mode changed: no change of content
 		}
-		ds.Files++
-		if len(ds.Paths) < 100 {
-			ds.Paths = append(ds.Paths, c.Path)
-		} else {
-			ds.Truncated = true
-		}
-		if textdiff.IsBinary(a) || textdiff.IsBinary(b) {
-			continue
-		}
-		for _, op := range textdiff.Lines(a, b) {
-			switch op.Kind {
-			case textdiff.Insert:
-				ds.Added += op.N
-			case textdiff.Delete:
-				ds.Deleted += op.N
-			}
-		}
+		ds.add(c.Path, a, b)
 	}
 	return ds
 }

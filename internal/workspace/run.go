@@ -274,12 +274,6 @@ func diffStat(changes []overlayfs.Change) DiffStat {
 				continue
 			}
 		}
-		ds.Files++
-		if len(ds.Paths) < 100 {
-			ds.Paths = append(ds.Paths, c.Path)
-		} else {
-			ds.Truncated = true
-		}
 		var a, b []byte
 		if wasFile && c.Lower.Mode.IsRegular() && c.Lower.Size < 8<<20 {
 			a, _ = os.ReadFile(c.LowerPath)
@@ -287,19 +281,32 @@ func diffStat(changes []overlayfs.Change) DiffStat {
 		if isFile && c.Stat.Mode.IsRegular() && c.Stat.Size < 8<<20 {
 			b, _ = os.ReadFile(c.UpperPath)
 		}
-		if textdiff.IsBinary(a) || textdiff.IsBinary(b) {
-			continue
-		}
-		for _, op := range textdiff.Lines(a, b) {
-			switch op.Kind {
-			case textdiff.Insert:
-				ds.Added += op.N
-			case textdiff.Delete:
-				ds.Deleted += op.N
-			}
-		}
+		ds.add(c.Path, a, b)
 	}
 	return ds
+}
+
+// add counts one changed file at path, a and b its old and new content
+// (nil when absent, a directory or too large to read): its lines when
+// both are text.
+func (ds *DiffStat) add(path string, a, b []byte) {
+	ds.Files++
+	if len(ds.Paths) < 100 {
+		ds.Paths = append(ds.Paths, path)
+	} else {
+		ds.Truncated = true
+	}
+	if textdiff.IsBinary(a) || textdiff.IsBinary(b) {
+		return
+	}
+	for _, op := range textdiff.Lines(a, b) {
+		switch op.Kind {
+		case textdiff.Insert:
+			ds.Added += op.N
+		case textdiff.Delete:
+			ds.Deleted += op.N
+		}
+	}
 }
 
 // sweeper decides which run and tmpfs directories are garbage. Its clock
