@@ -40,27 +40,8 @@ func NoNSPolicy(workspace, tmp string, extraRO, extraRW []string, restrictTCP bo
 // Landlock is nil: nsexec.RunNoNS refuses it (fail closed).
 func BuildNoNS(req Request, netNone bool) (*Plan, error) {
 	pol := NoNSPolicy(req.Target, req.Tmp, req.RO, req.RW, req.Strict || netNone)
-	pol.ConnectTCP = append(pol.ConnectTCP, req.ConnectTCP...)
-	pol.BindTCP = append(pol.BindTCP, req.BindTCP...)
-	pol.RequireABI = req.RequireABI
-	abi, _ := landlock.ABI()
-	rs, err := landlock.Plan(pol, abi)
+	out, err := plan(req, pol, req.Strict || netNone)
 	if err != nil {
-		return nil, err
-	}
-	out := &Plan{Warnings: rs.Warnings}
-	if rs.Enforced() {
-		out.Landlock = rs
-	}
-	sp := seccomp.Agent()
-	if req.Strict || netNone {
-		sp = seccomp.Strict()
-	}
-	f, err := seccomp.Plan(sp, runtime.GOARCH)
-	if err != nil {
-		return nil, err
-	}
-	if out.Seccomp, err = seccomp.Program(f); err != nil {
 		return nil, err
 	}
 	deny, err := seccomp.UnixSocketDeny(runtime.GOARCH)

@@ -86,12 +86,16 @@ type Plan struct {
 
 // Build plans the Landlock and seccomp policies of a request.
 func Build(req Request) (*Plan, error) {
-	var pol landlock.Policy
+	pol := landlock.Agent(req.Target, req.Tmp, req.RO, req.RW)
 	if req.Strict {
 		pol = landlock.Strict(req.Target, req.Tmp, req.RO, req.RW)
-	} else {
-		pol = landlock.Agent(req.Target, req.Tmp, req.RO, req.RW)
 	}
+	return plan(req, pol, req.Strict)
+}
+
+// plan completes Landlock policy pol with the request's ports and ABI
+// floor and plans it, with the agent's seccomp program, or the strict one.
+func plan(req Request, pol landlock.Policy, strict bool) (*Plan, error) {
 	pol.ConnectTCP = append(pol.ConnectTCP, req.ConnectTCP...)
 	pol.BindTCP = append(pol.BindTCP, req.BindTCP...)
 	pol.RequireABI = req.RequireABI
@@ -105,7 +109,7 @@ func Build(req Request) (*Plan, error) {
 		out.Landlock = rs
 	}
 	sp := seccomp.Agent()
-	if req.Strict {
+	if strict {
 		sp = seccomp.Strict()
 	}
 	f, err := seccomp.Plan(sp, runtime.GOARCH)
