@@ -306,20 +306,8 @@ const (
 // base; either way the caller reads the directory whole.
 func (idx *StatIndex) Save(path string) (*IndexInfo, error) {
 	b := idx.encode()
-	f, err := os.CreateTemp(filepath.Dir(path), tmpPrefix+filepath.Base(path)+"-")
-	if err != nil {
-		return nil, fmt.Errorf("stat index: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("stat index: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("stat index: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return nil, fmt.Errorf("stat index: %w", err)
+	if err := writeIndexFile(path, b); err != nil {
+		return nil, err
 	}
 	in := idx.Info()
 	in.Bytes = int64(len(b))
@@ -491,20 +479,8 @@ func CopyIndex(src, dst string, dev uint64) (*IndexInfo, error) {
 	binary.LittleEndian.PutUint64(b[devAt:], dev)
 	sum := sha256.Sum256(body)
 	copy(b[len(body):], sum[:])
-	f, err := os.CreateTemp(filepath.Dir(dst), tmpPrefix+filepath.Base(dst)+"-")
-	if err != nil {
-		return nil, fmt.Errorf("stat index: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("stat index: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("stat index: %w", err)
-	}
-	if err := os.Rename(f.Name(), dst); err != nil {
-		return nil, fmt.Errorf("stat index: %w", err)
+	if err := writeIndexFile(dst, b); err != nil {
+		return nil, err
 	}
 	n, _ := binary.Uvarint(b[devAt+24:])
 	return &IndexInfo{Entries: int(n), Bytes: int64(len(b)), Multigrain: binary.LittleEndian.Uint32(b[len(indexMagic)+4:])&1 != 0}, nil
@@ -527,4 +503,25 @@ func EmptyIndex(dir string) (*StatIndex, error) {
 	idx := &StatIndex{Dev: st.Dev, RecordedNs: time.Now().UnixNano()}
 	idx.Multigrain, idx.MarginNs = timestampRule(fd, st.Dev)
 	return idx, nil
+}
+
+// writeIndexFile replaces the index file path with b atomically (a
+// temporary file beside it, renamed over it).
+func writeIndexFile(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), tmpPrefix+filepath.Base(path)+"-")
+	if err != nil {
+		return fmt.Errorf("stat index: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("stat index: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("stat index: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("stat index: %w", err)
+	}
+	return nil
 }
