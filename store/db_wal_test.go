@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // BenchmarkOpenWriteClose is a CLI call that writes: Open, one durable
@@ -37,14 +38,105 @@ func BenchmarkOpenWriteClose(b *testing.B) {
 	}
 }
 
-// TestWALKeptAtClose: closing the last connection leaves strata.db-wal
-// (with the transaction in it: no checkpoint) and -shm in place; the next
-// open, read-write or read-only, sees the transaction; a WAL larger than
-// walCloseCheckpoint is checkpointed by Close.
+// BenchmarkOpenWALFrames is what a process's first open pays for the WAL
+// a previous process left: SQLite rebuilds the wal-index from every frame
+// (the first connection of a process truncates -shm). The frames are 7 KB
+// rows, one 8 KiB page each.
+func BenchmarkOpenWALFrames(b *testing.B) {
+	for _, n := range []int{0, 16, 128, 900} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			defer func(v int64) { walCloseCheckpoint = v }(walCloseCheckpoint)
+			walCloseCheckpoint = 1 << 40 // keep the WAL this benchmark builds
+			dir := b.TempDir()
+			s, err := Open(dir, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := commitFile(b, s, "main", ZeroID, "f", []byte("x"))
+			s.truncateWAL(s.db)
+			conn, err := s.db.Conn(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, q := range []string{"PRAGMA wal_autocheckpoint = 0", "CREATE TABLE pad(x BLOB)"} {
+				if _, err := conn.ExecContext(context.Background(), q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := 0; i < n; i++ {
+				if _, err := conn.ExecContext(context.Background(), "INSERT INTO pad VALUES(randomblob(7000))"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			conn.Close()
+			s.Close()
+			for b.Loop() {
+				s, err := Open(dir, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.View(context.Background(), func(tx *Tx) error {
+					_, err := tx.Has(c)
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkWriteCloseTrunc is a run of CLI calls that write a little each
+// (two transactions, as a commit's), under close policies: never truncate
+// the WAL (each open recovers a growing WAL, up to SQLite's automatic
+// checkpoint), truncate at every close, and at 128 KiB or 512 KiB.
+func BenchmarkWriteCloseTrunc(b *testing.B) {
+	for _, lim := range []int64{1 << 40, 0, 128 << 10, 512 << 10} {
+		b.Run(fmt.Sprint(lim), func(b *testing.B) {
+			defer func(v int64) { walCloseCheckpoint = v }(walCloseCheckpoint)
+			walCloseCheckpoint = lim
+			dir := b.TempDir()
+			s, err := Open(dir, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := commitFile(b, s, "main", ZeroID, "f", []byte("x"))
+			s.Close()
+			i := 0
+			for b.Loop() {
+				s, err := Open(dir, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+				name := fmt.Sprint("b", i%50)
+				if err := s.Update(context.Background(), func(tx *Tx) error { return tx.SetRef(name, ZeroID, c) }); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Update(context.Background(), func(tx *Tx) error { return tx.SetRef(name, c, ZeroID) }); err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+			}
+		})
+	}
+}
+
+// TestWALKeptAtClose: closing the last connection leaves a small
+// strata.db-wal (with the transaction in it: no checkpoint) and -shm in
+// place; the next open, read-write or read-only, sees the transaction; a
+// WAL larger than walCloseCheckpoint is checkpointed and truncated by
+// Close.
 func TestWALKeptAtClose(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir, Options{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	commitFile(t, s, "first", ZeroID, "f", []byte("x"))
+	s.Close() // a new store's WAL holds its schema: more than walCloseCheckpoint
+	if s, err = Open(dir, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	c := commitFile(t, s, "main", ZeroID, "f", []byte("x"))
@@ -71,8 +163,9 @@ func TestWALKeptAtClose(t *testing.T) {
 			t.Fatalf("reopened (read-only %v): main = %s, %v; want %s", ro, got.Short(), err, c.Short())
 		}
 	}
-	// A WAL grown past the limit (lowered here: SQLite's automatic
-	// checkpoints keep a real one near 8 MiB): Close checkpoints it.
+	// A WAL grown past walCloseCheckpoint: Close checkpoints it into
+	// strata.db and truncates it, so that the next process's open has
+	// nothing to recover.
 	defer func(v int64) { walCloseCheckpoint = v }(walCloseCheckpoint)
 	walCloseCheckpoint = 64 << 10
 	s, err = Open(dir, Options{})
@@ -91,6 +184,56 @@ func TestWALKeptAtClose(t *testing.T) {
 	after, _ := os.Stat(db)
 	if sizeOf(after)-sizeOf(before) < int64(len(big))/2 {
 		t.Fatalf("Close of a %d-byte WAL: strata.db %d → %d bytes; want the WAL checkpointed into it", sizeOf(fi), sizeOf(before), sizeOf(after))
+	}
+	if fi, err := os.Stat(wal); err != nil || fi.Size() != 0 {
+		t.Fatalf("after Close of a %d-byte WAL: %s is %d bytes (%v); want it kept, truncated", len(big), wal, sizeOf(fi), err)
+	}
+}
+
+// TestCloseDoesNotWaitForReaders: a Close that would truncate the WAL
+// while another connection reads does not wait for it (the busy timeout
+// is a minute): it leaves the WAL, and a later Close truncates it.
+func TestCloseDoesNotWaitForReaders(t *testing.T) {
+	dir := t.TempDir()
+	reader, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	commitFile(t, reader, "main", ZeroID, "f", []byte("x"))
+	wal := filepath.Join(dir, DBName+"-wal")
+	err = reader.View(context.Background(), func(tx *Tx) error {
+		if _, err := tx.Ref("main"); err != nil { // the read snapshot starts here
+			return err
+		}
+		w, err := Open(dir, Options{})
+		if err != nil {
+			return err
+		}
+		commitFile(t, w, "big", ZeroID, "big", randBytes(8, 1<<20))
+		done := make(chan error, 1)
+		go func() { done <- w.Close() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Close waited for a reader")
+		}
+		if fi, err := os.Stat(wal); err != nil || fi.Size() == 0 {
+			t.Errorf("Close truncated the WAL under a reader's snapshot (size %d, %v)", sizeOf(fi), err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(wal); err != nil || fi.Size() != 0 {
+		t.Fatalf("the last Close, with no reader left: WAL %d bytes (%v); want it truncated", sizeOf(fi), err)
 	}
 }
 
@@ -113,6 +256,8 @@ func TestFullWithWAL(t *testing.T) {
 	// close truncates it: TestLowSpaceCloseTruncatesWAL).
 	defer func(v int64) { walLowSpace = v }(walLowSpace)
 	walLowSpace = 0
+	defer func(v int64) { walCloseCheckpoint = v }(walCloseCheckpoint)
+	walCloseCheckpoint = 1 << 40
 	s, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)

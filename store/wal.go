@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"os"
 	"path/filepath"
@@ -20,19 +21,23 @@ import (
 // fsync of strata.db) and deleted strata.db-wal and -shm, which the next
 // process created again (with an fsync of the directory). Neither buys
 // durability — a transaction is durable once its WAL frames are fsynced
-// at commit (synchronous=FULL) — so every connection is set up to leave
-// the WAL in place:
+// at commit (synchronous=FULL) — so every connection is set up so:
 //
 //   - SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE: the last connection closes
-//     without a checkpoint. SQLite still checkpoints as transactions
-//     commit (wal_autocheckpoint, 1,000 pages), so the WAL stays bounded;
-//     Close checkpoints when it found it larger than walCloseCheckpoint.
+//     without SQLite's checkpoint; Close decides (checkpointIfLarge).
 //   - SQLITE_FCNTL_PERSIST_WAL: when a close does checkpoint, the WAL
-//     file is kept (truncated to journal_size_limit) instead of deleted.
+//     file is kept (truncated) instead of deleted, so no process creates
+//     it again.
 //
-// The next process finds -wal and -shm as they were: a valid wal-index
-// needs no recovery. After a power loss the -shm is rebuilt from the WAL,
-// whose frames carry checksums, as before.
+// What a kept WAL costs the next process: the first connection of a
+// process that finds no other holder of -shm truncates it (unix VFS, the
+// DMS lock) and rebuilds the wal-index by reading and checksumming every
+// frame of the WAL — about 16 µs a frame here, 30 ms for the 900 frames
+// SQLite's automatic checkpoint (every 1,000 pages) lets a WAL reach.
+// So Close truncates a WAL over walCloseCheckpoint (128 KiB, 16 frames)
+// with a checkpoint that does not wait for other processes: the next
+// open recovers at most a few frames. BenchmarkOpenWALFrames,
+// BenchmarkWriteCloseTrunc and docs/store.md have the figures.
 func init() {
 	sqlite.RegisterConnectionHook(func(c sqlite.ExecQuerierContext, _ string) error {
 		if fc, ok := c.(sqlite.FileControl); ok {
@@ -44,9 +49,8 @@ func init() {
 }
 
 // walCloseCheckpoint: a Close that finds the WAL larger checkpoints it
-// first (a long reader kept the automatic checkpoints from resetting it).
-// A variable for tests.
-var walCloseCheckpoint int64 = 16 << 20
+// and truncates it. A variable for tests.
+var walCloseCheckpoint int64 = 128 << 10
 
 // noCheckpointOnClose sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on a
 // connection of the modernc driver, which does not expose
@@ -78,9 +82,10 @@ func noCheckpointOnClose(c any) bool {
 	return sqlite3.Xsqlite3_db_config(tls, db, sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, libc.VaList(bp, int32(1), uintptr(0))) == sqlite3.SQLITE_OK
 }
 
-// checkpointIfLarge checkpoints the WAL before the last close when it has
-// grown past walCloseCheckpoint, and truncates it when the filesystem is
-// short of space (lowSpace), as SQLite's default close did: a WAL kept
+// checkpointIfLarge checkpoints and truncates the WAL before the last
+// close when it has grown past walCloseCheckpoint (without waiting for
+// other processes), or when the filesystem is short of space (lowSpace,
+// waiting as long as the busy timeout), as SQLite's default close did: a WAL kept
 // there may hold the frames of a write that failed for lack of space (an
 // import that ran out of it), the very space gc needs — and once the
 // filesystem is full, a checkpoint that must grow strata.db to copy the
@@ -98,8 +103,24 @@ func (s *Store) checkpointIfLarge(db *sql.DB) {
 	case lowSpace(filepath.Dir(s.path)):
 		s.truncateWAL(db)
 	case fi.Size() > walCloseCheckpoint:
-		_, _ = db.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		s.truncateWALNoWait(db)
 	}
+}
+
+// truncateWALNoWait is truncateWAL for a close: it does not wait for
+// other processes' readers or writer (busy_timeout 0), checkpointing what
+// it can and leaving the WAL to the next close when one is busy.
+func (s *Store) truncateWALNoWait(db *sql.DB) {
+	ctx := context.Background()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+		return
+	}
+	_, _ = c.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
 }
 
 // truncateWAL copies the WAL's committed transactions into strata.db and
