@@ -35,7 +35,8 @@ FUZZTIME ?= 3s
 LONGFUZZTIME ?= 2m
 # urfave_cli_no_docs drops the man-page generator (and its markdown parser's
 # package init, ~0.5 ms of every strata call).
-GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs
+BUILD_TAGS := urfave_cli_no_docs
+GOFLAGS_BUILD := -trimpath -tags $(BUILD_TAGS)
 # `strata version` reports the commit it was built from.
 STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
@@ -54,7 +55,11 @@ build:
 	# The front without DWARF (-w; symbols and tracebacks stay): 3.7 MB
 	# instead of 5.2 (docs/hotpath.md).
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags=-w -o $(BIN)/strata ./cmd/strata
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-core ./cmd/strata-core
+	# strata-core without go-git and go-containerregistry (strata_lean): it
+	# hands import --git/--image, export-git, push and pull to strata-full,
+	# the same CLI with them (docs/hotpath.md).
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -tags $(BUILD_TAGS),strata_lean -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-core ./cmd/strata-core
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-full ./cmd/strata-core
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/strata-init ./cmd/strata-init
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-X github.com/stratafs/strata.commit=$(STRATA_COMMIT)" -o $(BIN)/strata-mcp ./cmd/strata-mcp
 

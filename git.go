@@ -47,6 +47,13 @@ func sourceDir(source string) string {
 	return source
 }
 
+// GitLinked reports whether this binary links git support (package
+// worktree/gogit, which registers itself when imported): without it,
+// ImportGit and ExportGit fail with an error wrapping worktree.ErrNotLinked.
+// strata-core built with the strata_lean tag lacks it on purpose and hands
+// those verbs to strata-full (docs/hotpath.md).
+func GitLinked() bool { return worktree.Linked() }
+
 // GitImportOptions tune ImportGit.
 type GitImportOptions struct {
 	Branch      string   // default main

@@ -15,7 +15,13 @@ import (
 func TestInitDeps(t *testing.T) {
 	goCmd := testutil.LookPath(t, "go")
 	deps := func(pkg string, env ...string) []string {
-		cmd := exec.Command(goCmd, "list", "-deps", pkg)
+		args := []string{"list", "-deps", pkg}
+		if tags, ok := strings.CutPrefix(pkg, "-tags="); ok {
+			// "-tags=T PKG": the build of PKG with tags T.
+			tags, pkg, _ = strings.Cut(tags, " ")
+			args = []string{"list", "-tags", tags, "-deps", pkg}
+		}
+		cmd := exec.Command(goCmd, args...)
 		cmd.Env = append(os.Environ(), env...)
 		out, err := cmd.Output()
 		if err != nil {
@@ -47,6 +53,16 @@ func TestInitDeps(t *testing.T) {
 		for _, heavy := range []string{"sqlite", "go-git", "go-containerregistry", "urfave/cli", "net/http"} {
 			if strings.Contains(dep, heavy) {
 				t.Errorf("the strata front depends on %s", dep)
+			}
+		}
+	}
+	// strata-core as make build builds it (strata_lean) hands the verbs
+	// that need go-git or a registry client to strata-full: it links
+	// neither, nor what only they pulled in (docs/hotpath.md).
+	for _, dep := range deps("-tags=strata_lean github.com/stratafs/strata/cmd/strata-core", "CGO_ENABLED=0") {
+		for _, heavy := range []string{"go-git/", "go-containerregistry/pkg/name", "go-containerregistry/pkg/v1/remote", "go-digest", "encoding/gob", "net/http"} {
+			if strings.Contains(dep, heavy) && !strings.Contains(dep, "go-gitdiff") {
+				t.Errorf("the lean strata-core depends on %s", dep)
 			}
 		}
 	}

@@ -6,7 +6,8 @@
 # the packages it imports is checked here, with `go list -deps`.
 #
 # Rule form, one per line of RULES:
-#   nodeps PKG IMPORT...  nothing PKG links, transitively, is IMPORT (prefixes)
+#   nodeps PKG[:TAGS] IMPORT...  nothing PKG (built with the build tags TAGS)
+#                                links, transitively, is IMPORT (prefixes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 M=github.com/stratafs/strata
@@ -18,6 +19,7 @@ nodeps internal/workspace/hotpath modernc.org/sqlite github.com/go-git/ github.c
 nodeps internal/cliargs github.com/urfave/ github.com/go-git/ golang.org/ modernc.org/  # standard library only: the front orders its arguments with it
 nodeps cmd/strata modernc.org/sqlite github.com/go-git/ github.com/google/go-containerregistry github.com/urfave/ github.com/seccomp/ runtime/cgo net/http  # the front is the hot path (docs/hotpath.md)
 nodeps cmd/strata-core github.com/seccomp/    # the CLI builds with CGO_ENABLED=0 and links no libseccomp (docs/hotpath.md)
+nodeps cmd/strata-core:strata_lean github.com/go-git/ github.com/google/go-containerregistry/pkg/name github.com/google/go-containerregistry/pkg/v1/remote github.com/opencontainers/go-digest encoding/gob net/http  # make build's strata-core: strata-full does the verbs that need them (docs/hotpath.md)
 nodeps cmd/strata-init modernc.org/sqlite github.com/go-git/ github.com/seccomp/ runtime/cgo  # CGO_ENABLED=0 static binary
 RULES
 )
@@ -27,10 +29,12 @@ while IFS= read -r line; do
 	line=${line%%#*}
 	read -r kind pkg rest <<<"$line" || true
 	[ "${kind:-}" = nodeps ] || continue
-	deps=$(CGO_ENABLED=1 go list -deps "$M/$pkg")
+	tags=""
+	case $pkg in *:*) tags=${pkg#*:}; pkg=${pkg%%:*} ;; esac
+	deps=$(CGO_ENABLED=1 go list ${tags:+-tags "$tags"} -deps "$M/$pkg")
 	for bad in $rest; do
 		if grep -q "^$bad" <<<"$deps"; then
-			echo "depgraph: $pkg links $bad (transitively; \`go list -deps ./$pkg\` shows the chain); it must not (DESIGN.md, the hot path)" >&2
+			echo "depgraph: $pkg links $bad (transitively; \`go list ${tags:+-tags $tags }-deps ./$pkg\` shows the chain); it must not (DESIGN.md, the hot path)" >&2
 			fail=1
 		fi
 	done

@@ -21,8 +21,12 @@ $GO test -tags integration -c -o "$tmp/integration.test" ./integration
 # STRATA_BIN_DIR: where strata, strata-core and strata-init come from (make cover
 # passes coverage-instrumented ones).
 cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-core" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
-# strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
-if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
+# strata-mcp, the MCP server `strata mcp` execs, and strata-full, the CLI
+# a lean strata-core hands import --git/--image, export-git, push and pull
+# to (each absent from some builds: old ones, make cover's).
+for b in strata-mcp strata-full; do
+  if [ -e "${STRATA_BIN_DIR:-bin}/$b" ]; then cp "${STRATA_BIN_DIR:-bin}/$b" "$tmp/"; chmod 755 "$tmp/$b"; fi
+done
 chmod 755 "$tmp/integration.test" "$tmp/strata" "$tmp/strata-core"
 # What the SWE-bench test runs besides strata: the example harness, the
 # Python SDK it imports, the image push script.

@@ -25,8 +25,12 @@ export STRATA_IMAGES=${STRATA_IMAGES:-${STRATA_CACHE:-/var/tmp/strata-cache}/ima
 tmp=$(mktemp -d /var/tmp/strata-py.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cp "${STRATA_BIN_DIR:-bin}/strata" "${STRATA_BIN_DIR:-bin}/strata-core" "${STRATA_BIN_DIR:-bin}/strata-init" "$tmp/"
-# strata-mcp, the MCP server `strata mcp` execs (absent from old builds).
-if [ -e "${STRATA_BIN_DIR:-bin}/strata-mcp" ]; then cp "${STRATA_BIN_DIR:-bin}/strata-mcp" "$tmp/"; chmod 755 "$tmp/strata-mcp"; fi
+# strata-mcp, the MCP server `strata mcp` execs, and strata-full, the CLI
+# a lean strata-core hands import --git/--image, export-git, push and pull
+# to (each absent from some builds: old ones, make cover's).
+for b in strata-mcp strata-full; do
+  if [ -e "${STRATA_BIN_DIR:-bin}/$b" ]; then cp "${STRATA_BIN_DIR:-bin}/$b" "$tmp/"; chmod 755 "$tmp/$b"; fi
+done
 mkdir "$tmp/python"
 cp -r python/pyproject.toml python/README.md python/_build python/src python/tests "$tmp/python/"
 mkdir -p "$tmp/examples"

@@ -270,6 +270,9 @@ func changeCommands(e *env) []*cli.Command {
 				if c.NArg() != 1 || c.String("branch") == "" {
 					return usagef("export-git needs REF and --branch NAME")
 				}
+				if err := needGit(); err != nil {
+					return err
+				}
 				r, err := e.open(strata.OpenOptions{})
 				if err != nil {
 					return err

@@ -115,6 +115,9 @@ func storeCommands(e *env) []*cli.Command {
 					if c.NArg() != 0 {
 						return usagef("import --git REPO[@REV] takes no DIR")
 					}
+					if err := needGit(); err != nil {
+						return err
+					}
 					return e.importGit(c, repo)
 				}
 				if c.NArg() != 1 {

@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/stratafs/strata/store"
+	"github.com/stratafs/strata/worktree"
 )
 
 // indexLag is how much later than the files the synthetic index's own
@@ -176,7 +177,7 @@ func (sn *snapshotter) config() ([]byte, error) {
 // (resolved to absolute paths), which git follows from there.
 func (sn *snapshotter) alternates() []byte {
 	var buf bytes.Buffer
-	buf.WriteString(AlternatesPath(sn.objects) + "\n")
+	buf.WriteString(worktree.AlternatesPath(sn.objects) + "\n")
 	data, err := os.ReadFile(filepath.Join(sn.objects, "info", "alternates"))
 	if err != nil {
 		return buf.Bytes()

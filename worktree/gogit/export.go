@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"bytes"
@@ -20,33 +20,8 @@ import (
 
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
+	"github.com/stratafs/strata/worktree"
 )
-
-// ExportOptions tune ExportGit.
-type ExportOptions struct {
-	// Branch is the branch to create (required).
-	Branch string
-	// Force moves Branch if it exists. A branch checked out in a working
-	// copy of the repository is never moved.
-	Force bool
-	// Message is the commit message; default "strata: <short tree id>".
-	Message string
-	// Author is "Name <email>", default the repository's user (user.name
-	// and user.email as git reads them), else "strata <strata@localhost>".
-	// It is the committer too.
-	Author string
-}
-
-// ExportResult describes an exported commit.
-type ExportResult struct {
-	Commit  string `json:"commit"` // the new commit (full hex hash)
-	Branch  string `json:"branch"`
-	Parent  string `json:"parent"`  // the parent commit (full hex hash)
-	Changed int    `json:"changed"` // paths that differ between parent and commit, as git counts them
-	// Skipped lists changed paths git cannot record: FIFOs, devices,
-	// sockets, and paths inside a submodule.
-	Skipped []string `json:"skipped,omitempty"`
-}
 
 // defaultAuthor is the identity of an exported commit when neither the
 // options nor git's configuration name one.
@@ -63,7 +38,7 @@ const defaultAuthor = "strata <strata@localhost>"
 // the branch only: the working copy, the index and HEAD are left alone.
 // An existing branch is refused (an error wrapping store.ErrExists) unless
 // opts.Force.
-func ExportGit(ctx context.Context, s *store.Store, baseTree, tree store.ID, parentRev string, repoDir string, opts ExportOptions) (*ExportResult, error) {
+func ExportGit(ctx context.Context, s *store.Store, baseTree, tree store.ID, parentRev string, repoDir string, opts worktree.ExportOptions) (*worktree.ExportResult, error) {
 	res, err := exportGit(ctx, s, baseTree, tree, parentRev, repoDir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("export-git to %s: %w", repoDir, err)
@@ -84,7 +59,7 @@ type exporter struct {
 	blobs   map[store.ID]plumbing.Hash
 }
 
-func exportGit(ctx context.Context, s *store.Store, baseTree, tree store.ID, parentRev string, repoDir string, opts ExportOptions) (*ExportResult, error) {
+func exportGit(ctx context.Context, s *store.Store, baseTree, tree store.ID, parentRev string, repoDir string, opts worktree.ExportOptions) (*worktree.ExportResult, error) {
 	if opts.Branch == "" {
 		return nil, fmt.Errorf("no branch name: %w", store.ErrInvalidName)
 	}
@@ -130,7 +105,7 @@ func exportGit(ctx context.Context, s *store.Store, baseTree, tree store.ID, par
 	for i := range changes {
 		x.changed[changes[i].Path] = &changes[i]
 	}
-	res := &ExportResult{Branch: opts.Branch, Parent: ph.String()}
+	res := &worktree.ExportResult{Branch: opts.Branch, Parent: ph.String()}
 	for i := range changes {
 		if err := ctx.Err(); err != nil {
 			return nil, err

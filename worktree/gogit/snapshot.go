@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"bytes"
@@ -23,55 +23,8 @@ import (
 
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
+	"github.com/stratafs/strata/worktree"
 )
-
-// SnapshotOptions tune Snapshot. The zero value includes the "auto"
-// ignored directories.
-type SnapshotOptions struct {
-	// WithIgnored selects the ignored directories of the working copy to
-	// include: nil, empty or "auto" — the directories git ignores whose
-	// name is in AutoIgnoredDirs; "none" — none; otherwise glob patterns
-	// (path.Match syntax per element, "**" for any number of elements)
-	// matched against the slash-separated repository-relative paths of
-	// ignored directories; a pattern without a slash matches a name at
-	// any depth, a leading slash anchors it at the top. "auto" may be
-	// combined with patterns.
-	WithIgnored []string
-	// Warn, if set, receives one call per entry not recorded as it is in
-	// git or in the working copy (path relative to the repository top).
-	// Calls are serialized.
-	Warn func(path, msg string)
-	// Progress, if set, is called with the advance of each phase (see
-	// snapshot.Progress): PhaseRead for git blobs, then each ignored
-	// directory's import, then PhaseWrite for the trees.
-	Progress func(snapshot.Progress)
-}
-
-// SnapshotResult describes a finished Snapshot.
-type SnapshotResult struct {
-	// Tree is the root tree; the caller commits it with the Writer.
-	Tree store.ID
-	// Stats summarize the tree, synthetic .git included (Dirs excludes
-	// the root).
-	Stats store.CommitStats
-	// Rev is the resolved commit (full hex hash).
-	Rev string
-	// Repo is the working copy's top level (absolute, symlinks resolved);
-	// "" for a bare repository.
-	Repo string
-	// GitDir is the repository's git directory (absolute). Its objects
-	// are in ObjectsDir(GitDir).
-	GitDir string
-	// Branch is the branch the synthetic .git has checked out: the branch
-	// REV named or HEAD was on; "" when detached.
-	Branch string
-	// Ignored lists the ignored directories included (repository-relative).
-	Ignored []string
-	// BlobsRead counts file blobs read from git and stored; BlobsCached
-	// those whose content came from the blob cache. Symlink targets and
-	// .gitignore files are read from git every time and not counted.
-	BlobsRead, BlobsCached int64
-}
 
 // blobCacheRoot is the stat-cache root under which Snapshot remembers the
 // content id of each git blob (path = blob hex, Content = content id,
@@ -123,7 +76,7 @@ type snapshotter struct {
 	ctx      context.Context
 	s        *store.Store
 	w        *store.Writer
-	opts     SnapshotOptions
+	opts     worktree.SnapshotOptions
 	r        *gitRepo
 	objects  string
 	mtime    int64 // the commit's committer time, ns
@@ -134,7 +87,7 @@ type snapshotter struct {
 	tracked  []indexItem
 	ignored  []string
 	warnMu   sync.Mutex
-	res      SnapshotResult
+	res      worktree.SnapshotResult
 	stats    store.CommitStats
 }
 
@@ -163,8 +116,8 @@ func (sn *snapshotter) progress(p snapshot.Progress) {
 // the working copy's ignored dependency directories selected by
 // opts.WithIgnored, imported as snapshot.Import does; and a synthetic .git
 // that shares the source's objects through objects/info/alternates naming
-// AlternatesPath(ObjectsDir(GitDir)). See docs/worktree.md.
-func Snapshot(ctx context.Context, s *store.Store, w *store.Writer, repoArg string, opts SnapshotOptions) (*SnapshotResult, error) {
+// worktree.AlternatesPath(worktree.ObjectsDir(GitDir)). See docs/worktree.md.
+func Snapshot(ctx context.Context, s *store.Store, w *store.Writer, repoArg string, opts worktree.SnapshotOptions) (*worktree.SnapshotResult, error) {
 	res, err := snapshotRepo(ctx, s, w, repoArg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot git %s: %w", repoArg, err)
@@ -172,7 +125,7 @@ func Snapshot(ctx context.Context, s *store.Store, w *store.Writer, repoArg stri
 	return res, nil
 }
 
-func snapshotRepo(ctx context.Context, s *store.Store, w *store.Writer, repoArg string, opts SnapshotOptions) (*SnapshotResult, error) {
+func snapshotRepo(ctx context.Context, s *store.Store, w *store.Writer, repoArg string, opts worktree.SnapshotOptions) (*worktree.SnapshotResult, error) {
 	sel, err := newSelector(opts.WithIgnored)
 	if err != nil {
 		return nil, err
@@ -183,7 +136,7 @@ func snapshotRepo(ctx context.Context, s *store.Store, w *store.Writer, repoArg 
 		return nil, err
 	}
 	defer r.close()
-	objects, err := ObjectsDir(r.gitDir)
+	objects, err := worktree.ObjectsDir(r.gitDir)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +155,7 @@ func snapshotRepo(ctx context.Context, s *store.Store, w *store.Writer, repoArg 
 		root:  &tnode{mem: true},
 		files: map[plumbing.Hash][]*tnode{},
 	}
-	sn.res = SnapshotResult{Rev: rs.hash.String(), Repo: r.top, GitDir: r.gitDir, Branch: rs.branch}
+	sn.res = worktree.SnapshotResult{Rev: rs.hash.String(), Repo: r.top, GitDir: r.gitDir, Branch: rs.branch}
 
 	if err := sn.readTree(commit.TreeHash, sn.root, "", 0); err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
+	"github.com/stratafs/strata/worktree"
 )
 
 // TestMain isolates git (ours and go-git's) from the user's and the
@@ -216,7 +217,7 @@ func openStore(t testing.TB) *store.Store {
 var refSeq atomic.Int64
 
 // snap runs Snapshot and commits its tree on a fresh branch.
-func snap(t testing.TB, s *store.Store, arg string, opts SnapshotOptions) *SnapshotResult {
+func snap(t testing.TB, s *store.Store, arg string, opts worktree.SnapshotOptions) *worktree.SnapshotResult {
 	t.Helper()
 	res, err := snapErr(t, s, arg, opts)
 	if err != nil {
@@ -225,7 +226,7 @@ func snap(t testing.TB, s *store.Store, arg string, opts SnapshotOptions) *Snaps
 	return res
 }
 
-func snapErr(t testing.TB, s *store.Store, arg string, opts SnapshotOptions) (*SnapshotResult, error) {
+func snapErr(t testing.TB, s *store.Store, arg string, opts worktree.SnapshotOptions) (*worktree.SnapshotResult, error) {
 	t.Helper()
 	ctx := context.Background()
 	w, err := s.NewWriter(ctx, "test "+arg)
@@ -264,7 +265,7 @@ func materialize(t testing.TB, s *store.Store, tree store.ID) string {
 // objects directory, as the keeper's bind mount would.
 func useRealObjects(t testing.TB, d, gitDir string) {
 	t.Helper()
-	objects, err := ObjectsDir(gitDir)
+	objects, err := worktree.ObjectsDir(gitDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func useRealObjects(t testing.TB, d, gitDir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := AlternatesPath(objects) + "\n"
+	want := worktree.AlternatesPath(objects) + "\n"
 	if !strings.HasPrefix(string(b), want) {
 		t.Fatalf("alternates = %q, want it to start with %q", b, want)
 	}

@@ -1,6 +1,7 @@
-package worktree
+package gogit
 
 import (
+	"github.com/stratafs/strata/worktree"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,7 @@ func TestSnapshotUnreadableInIgnored(t *testing.T) {
 	}
 	s := openStore(t)
 	var warned []string
-	res := snap(t, s, r.dir, SnapshotOptions{Warn: func(p, msg string) { warned = append(warned, p+": "+msg) }})
+	res := snap(t, s, r.dir, worktree.SnapshotOptions{Warn: func(p, msg string) { warned = append(warned, p+": "+msg) }})
 	if len(warned) != 1 || !strings.HasPrefix(warned[0], "node_modules/b/secret.js: ") {
 		t.Errorf("warnings %q", warned)
 	}

@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/snapshot/snapshottest"
 	"github.com/stratafs/strata/store"
+	"github.com/stratafs/strata/worktree"
 )
 
 // archive extracts `git archive REV` (files 0644/0755, directories 0755,
@@ -55,7 +56,7 @@ func TestSnapshotMatchesGitArchive(t *testing.T) {
 				arg += "@" + tc.rev
 			}
 			var warnings []string
-			res := snap(t, s, arg, SnapshotOptions{Warn: func(p, msg string) { warnings = append(warnings, p+": "+msg) }})
+			res := snap(t, s, arg, worktree.SnapshotOptions{Warn: func(p, msg string) { warnings = append(warnings, p+": "+msg) }})
 			if res.Rev != tc.wantRev {
 				t.Errorf("Rev = %s, want %s", res.Rev, tc.wantRev)
 			}
@@ -125,7 +126,7 @@ func TestSnapshotMatchesGitArchive(t *testing.T) {
 func TestSnapshotHardlinkKeys(t *testing.T) {
 	r := newTestRepo(t)
 	s := openStore(t)
-	res := snap(t, s, r.dir, SnapshotOptions{})
+	res := snap(t, s, r.dir, worktree.SnapshotOptions{})
 	groups := map[string][]string{}
 	err := snapshot.Walk(context.Background(), s, res.Tree, func(p string, e *store.TreeEntry) error {
 		if e.LinkGroup != "" {
@@ -166,32 +167,32 @@ func TestSnapshotBlobCache(t *testing.T) {
 	}
 
 	blobWorkersOverride = 3 // several readers even for a few blobs
-	first := snap(t, s, r.dir, SnapshotOptions{})
+	first := snap(t, s, r.dir, worktree.SnapshotOptions{})
 	blobWorkersOverride = 0
 	if first.BlobsRead != int64(len(head))+1 || first.BlobsCached != 0 {
 		t.Errorf("first: read %d, cached %d; want %d, 0", first.BlobsRead, first.BlobsCached, len(head)+1)
 	}
-	second := snap(t, s, r.dir, SnapshotOptions{})
+	second := snap(t, s, r.dir, worktree.SnapshotOptions{})
 	if second.BlobsRead != 0 || second.BlobsCached != int64(len(head))+1 {
 		t.Errorf("second: read %d, cached %d; want 0, %d", second.BlobsRead, second.BlobsCached, len(head)+1)
 	}
 	if second.Tree != first.Tree {
 		t.Errorf("the same commit and working copy gave trees %s and %s", first.Tree.Short(), second.Tree.Short())
 	}
-	older := snap(t, s, r.dir+"@"+r.c1, SnapshotOptions{})
+	older := snap(t, s, r.dir+"@"+r.c1, worktree.SnapshotOptions{})
 	if older.BlobsRead != int64(newInOld) || older.BlobsCached != int64(len(old)-newInOld)+1 {
 		t.Errorf("older rev: read %d, cached %d; want %d, %d", older.BlobsRead, older.BlobsCached, newInOld, len(old)-newInOld+1)
 	}
 	// Both revisions are remembered.
-	again := snap(t, s, r.dir+"@"+r.c1, SnapshotOptions{})
-	head2 := snap(t, s, r.dir, SnapshotOptions{})
+	again := snap(t, s, r.dir+"@"+r.c1, worktree.SnapshotOptions{})
+	head2 := snap(t, s, r.dir, worktree.SnapshotOptions{})
 	if again.BlobsRead != 0 || head2.BlobsRead != 0 {
 		t.Errorf("after both: read %d and %d blobs, want 0", again.BlobsRead, head2.BlobsRead)
 	}
 
 	// A cache entry whose content the store no longer has is read again.
 	s2 := openStore(t)
-	objects, err := ObjectsDir(first.GitDir)
+	objects, err := worktree.ObjectsDir(first.GitDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestSnapshotBlobCache(t *testing.T) {
 	if err := s2.SaveStatCache(context.Background(), blobCacheRoot(objects), cache, 1); err != nil {
 		t.Fatal(err)
 	}
-	fresh := snap(t, s2, r.dir, SnapshotOptions{})
+	fresh := snap(t, s2, r.dir, worktree.SnapshotOptions{})
 	if fresh.BlobsRead != int64(len(head)) || fresh.Tree != first.Tree {
 		t.Errorf("stale cache: read %d blobs (want %d), tree %s (want %s)", fresh.BlobsRead, len(head), fresh.Tree.Short(), first.Tree.Short())
 	}
@@ -227,16 +228,16 @@ func TestSnapshotWithIgnored(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.with, ","), func(t *testing.T) {
-			res := snap(t, s, r.dir, SnapshotOptions{WithIgnored: tc.with})
+			res := snap(t, s, r.dir, worktree.SnapshotOptions{WithIgnored: tc.with})
 			if !slices.Equal(res.Ignored, tc.want) {
 				t.Errorf("Ignored = %q, want %q", res.Ignored, tc.want)
 			}
 		})
 	}
-	if _, err := snapErr(t, s, r.dir, SnapshotOptions{WithIgnored: []string{"none", "dist"}}); err == nil {
+	if _, err := snapErr(t, s, r.dir, worktree.SnapshotOptions{WithIgnored: []string{"none", "dist"}}); err == nil {
 		t.Error("none with a pattern: no error")
 	}
-	if _, err := snapErr(t, s, r.dir, SnapshotOptions{WithIgnored: []string{"[x"}}); err == nil {
+	if _, err := snapErr(t, s, r.dir, worktree.SnapshotOptions{WithIgnored: []string{"[x"}}); err == nil {
 		t.Error("bad glob: no error")
 	}
 }
@@ -250,7 +251,7 @@ func TestSnapshotTrackedInIgnored(t *testing.T) {
 	gitAt(t, r.dir, "2020-05-06T07:08:09Z", "commit", "-q", "-m", "track one")
 	writeFile(t, filepath.Join(r.dir, "node_modules/a/index.js"), "working copy version\n", 0o644)
 	s := openStore(t)
-	res := snap(t, s, r.dir, SnapshotOptions{})
+	res := snap(t, s, r.dir, worktree.SnapshotOptions{})
 	d := materialize(t, s, res.Tree)
 	b, err := os.ReadFile(filepath.Join(d, "node_modules/a/index.js"))
 	if err != nil || string(b) != "tracked version\n" {
@@ -278,7 +279,7 @@ func TestSnapshotSubmodule(t *testing.T) {
 	gitAt(t, r.dir, "2020-06-07T08:09:10Z", "commit", "-q", "-m", "submodule")
 	s := openStore(t)
 	var warned []string
-	res := snap(t, s, r.dir, SnapshotOptions{Warn: func(p, msg string) { warned = append(warned, p) }})
+	res := snap(t, s, r.dir, worktree.SnapshotOptions{Warn: func(p, msg string) { warned = append(warned, p) }})
 	if !slices.Equal(warned, []string{"vendor/sub"}) {
 		t.Errorf("warnings for %q, want vendor/sub", warned)
 	}
@@ -298,16 +299,16 @@ func TestSnapshotLinkedWorktree(t *testing.T) {
 	wt := filepath.Join(t.TempDir(), "wt")
 	git(t, r.dir, "worktree", "add", "-q", "-b", "wt-branch", wt, r.c2)
 	s := openStore(t)
-	res := snap(t, s, wt, SnapshotOptions{})
+	res := snap(t, s, wt, worktree.SnapshotOptions{})
 	if res.Rev != r.c2 || res.Branch != "wt-branch" || res.Repo != wt {
 		t.Errorf("Rev %s Branch %q Repo %q", res.Rev, res.Branch, res.Repo)
 	}
-	objects, err := ObjectsDir(res.GitDir)
+	objects, err := worktree.ObjectsDir(res.GitDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := filepath.Join(r.dir, ".git/objects"); objects != want {
-		t.Errorf("ObjectsDir(%s) = %s, want %s", res.GitDir, objects, want)
+		t.Errorf("worktree.ObjectsDir(%s) = %s, want %s", res.GitDir, objects, want)
 	}
 	d := materialize(t, s, res.Tree)
 	useRealObjects(t, d, res.GitDir)
@@ -324,7 +325,7 @@ func TestSnapshotErrors(t *testing.T) {
 		t.TempDir(), // not a repository
 		filepath.Join(t.TempDir(), "missing"),
 	} {
-		if _, err := snapErr(t, s, arg, SnapshotOptions{}); err == nil {
+		if _, err := snapErr(t, s, arg, worktree.SnapshotOptions{}); err == nil {
 			t.Errorf("%s: no error", arg)
 		}
 	}
@@ -335,7 +336,7 @@ func TestSnapshotErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Abort()
-	if _, err := Snapshot(ctx, s, w, r.dir, SnapshotOptions{}); err == nil {
+	if _, err := Snapshot(ctx, s, w, r.dir, worktree.SnapshotOptions{}); err == nil {
 		t.Error("cancelled context: no error")
 	}
 }
@@ -344,7 +345,7 @@ func TestSnapshotProgress(t *testing.T) {
 	r := newTestRepo(t)
 	s := openStore(t)
 	phases := map[string]bool{}
-	snap(t, s, r.dir, SnapshotOptions{Progress: func(p snapshot.Progress) { phases[p.Phase] = true }})
+	snap(t, s, r.dir, worktree.SnapshotOptions{Progress: func(p snapshot.Progress) { phases[p.Phase] = true }})
 	for _, ph := range []string{snapshot.PhaseRead, snapshot.PhaseWalk, snapshot.PhaseWrite} {
 		if !phases[ph] {
 			t.Errorf("no %s progress", ph)
@@ -353,13 +354,13 @@ func TestSnapshotProgress(t *testing.T) {
 }
 
 func TestAlternatesPath(t *testing.T) {
-	a, b := AlternatesPath("/src/repo/.git/objects"), AlternatesPath("/src/other/.git/objects")
+	a, b := worktree.AlternatesPath("/src/repo/.git/objects"), worktree.AlternatesPath("/src/other/.git/objects")
 	if a == b || !strings.HasPrefix(a, "/tmp/.strata-git/") || !strings.HasSuffix(a, "/objects") ||
 		len(a) != len("/tmp/.strata-git/")+16+len("/objects") {
-		t.Errorf("AlternatesPath: %q, %q", a, b)
+		t.Errorf("worktree.AlternatesPath: %q, %q", a, b)
 	}
-	if AlternatesPath("/src/repo/.git/objects") != a {
-		t.Error("AlternatesPath is not a function of its argument")
+	if worktree.AlternatesPath("/src/repo/.git/objects") != a {
+		t.Error("worktree.AlternatesPath is not a function of its argument")
 	}
 }
 
@@ -431,7 +432,7 @@ func TestSnapshotSharedClone(t *testing.T) {
 	clone := filepath.Join(t.TempDir(), "clone")
 	git(t, filepath.Dir(clone), "clone", "-q", "--shared", r.dir, clone)
 	s := openStore(t)
-	res := snap(t, s, clone, SnapshotOptions{})
+	res := snap(t, s, clone, worktree.SnapshotOptions{})
 	if res.Rev != r.c4 || res.BlobsRead == 0 {
 		t.Errorf("Rev %s, blobs read %d", res.Rev, res.BlobsRead)
 	}
@@ -440,11 +441,11 @@ func TestSnapshotSharedClone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objects, err := ObjectsDir(res.GitDir)
+	objects, err := worktree.ObjectsDir(res.GitDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := AlternatesPath(objects) + "\n" + filepath.Join(r.dir, ".git/objects") + "\n"; string(alt) != want {
+	if want := worktree.AlternatesPath(objects) + "\n" + filepath.Join(r.dir, ".git/objects") + "\n"; string(alt) != want {
 		t.Errorf("alternates = %q, want %q", alt, want)
 	}
 	useRealObjects(t, d, res.GitDir)

@@ -1,11 +1,7 @@
-package worktree
+package gogit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,71 +16,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/hash"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
+	"github.com/stratafs/strata/worktree"
 )
-
-// alternatesRoot is the directory under which strata's keeper bind-mounts
-// source object directories inside a workspace's mount namespace.
-const alternatesRoot = "/tmp/.strata-git"
-
-// AlternatesPath is where the objects directory gitObjectsDir of a source
-// repository is visible inside a workspace: the workspace is mounted over
-// the source repository, which hides its real .git, so the keeper
-// bind-mounts gitObjectsDir read-only at this fixed path and the synthetic
-// .git of a snapshot names it in objects/info/alternates. The name depends
-// only on gitObjectsDir (the first 16 hex digits of its SHA-256), so the
-// keeper and Snapshot agree without talking to each other.
-func AlternatesPath(gitObjectsDir string) string {
-	sum := sha256.Sum256([]byte(gitObjectsDir))
-	return alternatesRoot + "/" + hex.EncodeToString(sum[:])[:16] + "/objects"
-}
-
-// ObjectsDir returns the objects directory of the repository whose git
-// directory is gitDir: gitDir/objects, or, for a linked worktree (a gitDir
-// with a commondir file), the common directory's objects. The result is
-// absolute with symlinks resolved, the form AlternatesPath expects.
-func ObjectsDir(gitDir string) (string, error) {
-	common, err := commonDir(gitDir)
-	if err != nil {
-		return "", err
-	}
-	objects := filepath.Join(common, "objects")
-	real, err := filepath.EvalSymlinks(objects)
-	if err != nil {
-		return "", fmt.Errorf("git objects directory: %w", err)
-	}
-	st, err := os.Stat(real)
-	if err != nil {
-		return "", fmt.Errorf("git objects directory: %w", err)
-	}
-	if !st.IsDir() {
-		return "", fmt.Errorf("git objects directory %s: not a directory", real)
-	}
-	return real, nil
-}
-
-// commonDir resolves gitDir's commondir file (linked worktrees keep their
-// objects, refs and config in the main repository's git directory).
-func commonDir(gitDir string) (string, error) {
-	abs, err := filepath.Abs(gitDir)
-	if err != nil {
-		return "", fmt.Errorf("git directory %s: %w", gitDir, err)
-	}
-	b, err := os.ReadFile(filepath.Join(abs, "commondir"))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return abs, nil
-	case err != nil:
-		return "", fmt.Errorf("git directory %s: %w", gitDir, err)
-	}
-	c := strings.TrimRight(string(b), "\r\n")
-	if c == "" {
-		return abs, nil
-	}
-	if !filepath.IsAbs(c) {
-		c = filepath.Join(abs, c)
-	}
-	return filepath.Clean(c), nil
-}
 
 // gitRepo is an opened source repository.
 type gitRepo struct {
@@ -135,7 +68,7 @@ func openRepo(dir string) (*gitRepo, error) {
 	if r.gitDir, err = filepath.EvalSymlinks(r.gitDir); err != nil {
 		return nil, fmt.Errorf("git directory: %w", err)
 	}
-	if r.common, err = commonDir(r.gitDir); err != nil {
+	if r.common, err = worktree.CommonDir(r.gitDir); err != nil {
 		return nil, err
 	}
 	open := r.top

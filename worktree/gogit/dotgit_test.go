@@ -1,7 +1,8 @@
-package worktree
+package gogit
 
 import (
 	"bytes"
+	"github.com/stratafs/strata/worktree"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ func TestSyntheticDotGit(t *testing.T) {
 			if tc.rev != "" {
 				arg += "@" + tc.rev
 			}
-			res := snap(t, s, arg, SnapshotOptions{})
+			res := snap(t, s, arg, worktree.SnapshotOptions{})
 			d := materialize(t, s, res.Tree)
 			useRealObjects(t, d, res.GitDir)
 			srcStatus := git(t, r.dir, "status", "--porcelain")
@@ -133,9 +134,9 @@ func TestSyntheticDotGitLayout(t *testing.T) {
 	r := newTestRepo(t)
 	writeFile(t, filepath.Join(r.dir, ".git/info/exclude"), "*.secret\n", 0o644)
 	s := openStore(t)
-	res := snap(t, s, r.dir, SnapshotOptions{})
+	res := snap(t, s, r.dir, worktree.SnapshotOptions{})
 	d := materialize(t, s, res.Tree)
-	objects, err := ObjectsDir(res.GitDir)
+	objects, err := worktree.ObjectsDir(res.GitDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestSyntheticDotGitLayout(t *testing.T) {
 	if got := read("refs/heads/main"); got != r.c4+"\n" {
 		t.Errorf("refs/heads/main = %q", got)
 	}
-	if got := read("objects/info/alternates"); got != AlternatesPath(objects)+"\n" {
+	if got := read("objects/info/alternates"); got != worktree.AlternatesPath(objects)+"\n" {
 		t.Errorf("alternates = %q", got)
 	}
 	if got := read("info/exclude"); got != "*.secret\n" {

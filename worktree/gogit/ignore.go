@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"bufio"
@@ -13,28 +13,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 
 	"github.com/stratafs/strata/internal/glob"
+	"github.com/stratafs/strata/worktree"
 )
-
-// AutoIgnoredDirs are the names of the ignored directories that
-// SnapshotOptions.WithIgnored "auto" (the default) includes: dependency
-// and tool directories whose contents a build or test run needs and that
-// are expensive to recreate. A directory qualifies only if git ignores it;
-// "env" also needs a pyvenv.cfg inside (a Python virtual environment, not
-// any directory named env).
-var AutoIgnoredDirs = []string{
-	"node_modules",     // npm, yarn, pnpm
-	"bower_components", // bower
-	".yarn",            // yarn berry cache and PnP state
-	".venv",            // Python virtual environments
-	"venv",             //
-	"env",              // only with pyvenv.cfg
-	"__pypackages__",   // PEP 582
-	".tox",             // tox
-	".nox",             // nox
-	"target",           // cargo, maven
-	".gradle",          // gradle
-	"vendor",           // go, composer, bundler — when ignored
-}
 
 // selector decides which ignored directories Snapshot includes.
 type selector struct {
@@ -55,7 +35,7 @@ func (s *selector) unmatched() []string {
 	return out
 }
 
-// newSelector compiles SnapshotOptions.WithIgnored: nil or empty means
+// newSelector compiles worktree.SnapshotOptions.WithIgnored: nil or empty means
 // "auto"; "none" alone includes nothing; otherwise "auto" and globs add up.
 func newSelector(with []string) (*selector, error) {
 	if len(with) == 0 {
@@ -116,7 +96,7 @@ func (s *selector) selects(rel, abs string) bool {
 		return true
 	}
 	if s.auto {
-		for _, d := range AutoIgnoredDirs {
+		for _, d := range worktree.AutoIgnoredDirs {
 			if name != d {
 				continue
 			}

@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stratafs/strata/store"
+	"github.com/stratafs/strata/worktree"
 )
 
 // TestMeasureCorpus measures Snapshot of a real repository (its tracked
@@ -43,7 +44,7 @@ func measure(t *testing.T, corpus string) {
 	}
 	ctx := context.Background()
 	var first, second []time.Duration
-	var res1, res2 *SnapshotResult
+	var res1, res2 *worktree.SnapshotResult
 	// snapshots takes one snapshot into a fresh store and one more into
 	// the same store, runs times.
 	snapshots := func(first, second *[]time.Duration) {
@@ -58,7 +59,7 @@ func measure(t *testing.T, corpus string) {
 					t.Fatal(err)
 				}
 				start := time.Now()
-				res, err := Snapshot(ctx, s, w, corpus, SnapshotOptions{})
+				res, err := Snapshot(ctx, s, w, corpus, worktree.SnapshotOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -111,7 +112,7 @@ func measure(t *testing.T, corpus string) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	res := snap(t, s, corpus, SnapshotOptions{})
+	res := snap(t, s, corpus, worktree.SnapshotOptions{})
 	d := materialize(t, s, res.Tree)
 	useRealObjects(t, d, res.GitDir)
 	start := time.Now()

@@ -1,4 +1,4 @@
-package worktree
+package gogit
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"
+	"github.com/stratafs/strata/worktree"
 )
 
 // importDir imports dir as a commit and returns its tree.
@@ -63,7 +64,7 @@ func TestExportGit(t *testing.T) {
 	gitAt(t, r.dir, "2020-05-06T07:08:09Z", "commit", "-q", "-m", "forced")
 	head := strings.TrimSpace(git(t, r.dir, "rev-parse", "HEAD"))
 	s := openStore(t)
-	base := snap(t, s, r.dir, SnapshotOptions{})
+	base := snap(t, s, r.dir, worktree.SnapshotOptions{})
 	wd := materialize(t, s, base.Tree)
 
 	// The change, made in a copy of the snapshot.
@@ -109,7 +110,7 @@ func TestExportGit(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	res, err := ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, ExportOptions{Branch: "strata/test", Message: "the change"})
+	res, err := ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, worktree.ExportOptions{Branch: "strata/test", Message: "the change"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +177,11 @@ func TestExportGit(t *testing.T) {
 	}
 
 	// An existing branch is refused without Force, moved with it.
-	_, err = ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, ExportOptions{Branch: "strata/test"})
+	_, err = ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, worktree.ExportOptions{Branch: "strata/test"})
 	if !errors.Is(err, store.ErrExists) {
 		t.Errorf("existing branch: %v, want ErrExists", err)
 	}
-	again, err := ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, ExportOptions{Branch: "strata/test", Force: true, Author: "Bo <bo@example.com>"})
+	again, err := ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, worktree.ExportOptions{Branch: "strata/test", Force: true, Author: "Bo <bo@example.com>"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,16 +189,16 @@ func TestExportGit(t *testing.T) {
 		t.Errorf("forced export: %q (%s)", got, again.Commit)
 	}
 	// The checked-out branch is never moved.
-	_, err = ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, ExportOptions{Branch: "main", Force: true})
+	_, err = ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, worktree.ExportOptions{Branch: "main", Force: true})
 	if !errors.Is(err, store.ErrConflict) {
 		t.Errorf("checked-out branch: %v, want ErrConflict", err)
 	}
-	for _, bad := range []ExportOptions{{Branch: ""}, {Branch: "a..b"}, {Branch: "x", Author: "no email"}} {
+	for _, bad := range []worktree.ExportOptions{{Branch: ""}, {Branch: "a..b"}, {Branch: "x", Author: "no email"}} {
 		if _, err := ExportGit(ctx, s, base.Tree, tree, base.Rev, r.dir, bad); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
-	if _, err := ExportGit(ctx, s, base.Tree, tree, "no-such-rev", r.dir, ExportOptions{Branch: "y"}); err == nil {
+	if _, err := ExportGit(ctx, s, base.Tree, tree, "no-such-rev", r.dir, worktree.ExportOptions{Branch: "y"}); err == nil {
 		t.Error("bad parent: no error")
 	}
 }
@@ -207,8 +208,8 @@ func TestExportGit(t *testing.T) {
 func TestExportGitNoChange(t *testing.T) {
 	r := newTestRepo(t)
 	s := openStore(t)
-	base := snap(t, s, r.dir, SnapshotOptions{})
-	res, err := ExportGit(context.Background(), s, base.Tree, base.Tree, base.Rev, r.dir, ExportOptions{Branch: "same"})
+	base := snap(t, s, r.dir, worktree.SnapshotOptions{})
+	res, err := ExportGit(context.Background(), s, base.Tree, base.Tree, base.Rev, r.dir, worktree.ExportOptions{Branch: "same"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestExportGitNoChange(t *testing.T) {
 func TestExportGitDeleteDirectory(t *testing.T) {
 	r := newTestRepo(t)
 	s := openStore(t)
-	base := snap(t, s, r.dir, SnapshotOptions{WithIgnored: []string{"none"}})
+	base := snap(t, s, r.dir, worktree.SnapshotOptions{WithIgnored: []string{"none"}})
 	wd := materialize(t, s, base.Tree)
 	os.RemoveAll(filepath.Join(wd, "src"))
 	os.RemoveAll(filepath.Join(wd, "dir with space"))
@@ -233,7 +234,7 @@ func TestExportGitDeleteDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	tree := importDir(t, s, wd)
-	if _, err := ExportGit(context.Background(), s, base.Tree, tree, base.Rev, r.dir, ExportOptions{Branch: "del"}); err != nil {
+	if _, err := ExportGit(context.Background(), s, base.Tree, tree, base.Rev, r.dir, worktree.ExportOptions{Branch: "del"}); err != nil {
 		t.Fatal(err)
 	}
 	got := nameStatus(t, r.dir, base.Rev, "del")
