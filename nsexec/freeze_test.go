@@ -500,3 +500,69 @@ func TestFreezeTakesTurns(t *testing.T) {
 		w.requireRunning(t, "after the second thaw", at)
 	})
 }
+
+// TestFreezeNestedPIDNS: Freeze stops a process of a PID namespace nested
+// in the workspace's (unshare -p inside it; rootless, with a nested user
+// namespace: unshare -r -p), which writes to the workspace
+// as much as any other; the keeper's descendants, as nsProcesses lists
+// them while everything is stopped, are exactly what a scan of every
+// process finds in the namespace plus those of the nested one.
+func TestFreezeNestedPIDNS(t *testing.T) {
+	both(t, func(t *testing.T) {
+		w := startFreezeWS(t)
+		mark := marker()
+		if r := execIn(t, w.spec, sh(`(unshare -p -f sleep `+mark+` || unshare -r -p -f sleep `+mark+`) >/dev/null 2>&1 &`)); r.Code != 0 {
+			t.Fatalf("unshare -p in the workspace: %v %q", r.ExitStatus, r.stderr)
+		}
+		var nested int
+		if !waitFor(10*time.Second, func() bool {
+			for _, p := range procsWith(mark) { // unshare and its child
+				if comm, _ := os.ReadFile("/proc/" + itoa(p) + "/comm"); string(comm) == "sleep\n" {
+					nested = p
+				}
+			}
+			return nested != 0
+		}) {
+			t.Fatalf("sleep %s in a nested PID namespace did not start", mark)
+		}
+		ns, err := os.Readlink("/proc/" + itoa(nested) + "/ns/pid")
+		if err != nil || ns == w.ns {
+			t.Fatalf("sleep %s: PID namespace %q (%v); want one nested in the workspace's %s", mark, ns, err, w.ns)
+		}
+		thaw, err := Freeze(w.spec.Dir)
+		if err != nil {
+			t.Fatalf("Freeze: %v", err)
+		}
+		defer thaw()
+		w.requireStopped(t, "after Freeze")
+		if !waitFor(5*time.Second, func() bool {
+			s, _, err := procStat(itoa(nested))
+			return err == nil && s == 'T'
+		}) {
+			s, _, _ := procStat(itoa(nested))
+			t.Errorf("the nested namespace's sleep is in state %c after Freeze; want T", s)
+		}
+		got, ok := descendants(w.k.PID)
+		if !ok {
+			t.Skip("no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): Freeze scans every process")
+		}
+		want := map[int]bool{}
+		for _, p := range append(pidsInNS(w.ns), pidsInNS(ns)...) {
+			want[p] = true
+		}
+		have := map[int]bool{}
+		for _, p := range got {
+			have[p] = true
+		}
+		for p := range want {
+			if !have[p] {
+				t.Errorf("descendants of the keeper %d lack %d", w.k.PID, p)
+			}
+		}
+		for p := range have {
+			if !want[p] {
+				t.Errorf("descendants of the keeper %d include %d, in no namespace of the workspace", w.k.PID, p)
+			}
+		}
+	})
+}
