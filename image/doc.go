@@ -1,7 +1,22 @@
-// Package image imports container images into the store. It is the only
-// importer of go-containerregistry.
+// Package image is strata's container image API: the types of an import
+// and a push (Options, Result, Config, PushOptions, PushResult...), the
+// image commit's Config trailer, the layer refs' prefix, the push
+// directories gc cleans (RemoveStalePushDirs), and Import and Push.
 //
-// Terms, used exactly in this package:
+// The implementation of Import and Push, everything that speaks to a
+// registry or reads an image layout or archive, is package
+// image/registry, the only importer of go-containerregistry: its
+// name/authn/remote side (go-digest's regexps, docker/cli's config,
+// net/http, crypto/tls) costs every process that links it package
+// init and a larger binary, and most strata commands never read an
+// image. So this package links none of go-containerregistry, and
+// image/registry registers its Import and Push here from its init
+// (Register). A binary that wants images links
+// image/registry, blank if it calls only this package or the root
+// package; in one that does not (strata-core's lean build) Import and
+// Push return ErrNotLinked and Linked reports false.
+//
+// Terms, used exactly here and in image/registry:
 //
 //   - source: where an image is read, named as skopeo names it:
 //     docker://HOST/REPO:TAG (or a bare HOST/REPO:TAG) for a registry,
@@ -9,7 +24,7 @@
 //     a docker save / podman save tarball.
 //   - layer: one tar of an image, applied over the layers beneath it.
 //     Its diff ID is the digest of the uncompressed tar; its chain ID
-//     (ChainIDs) names it together with every layer beneath.
+//     (registry.ChainIDs) names it together with every layer beneath.
 //   - layer commit: the commit one layer becomes, on the layer commit
 //     beneath (the bottom layer's is a root commit). It is found by its
 //     chain ID (a ref under LayerRefPrefix), so a layer shared by two
@@ -24,8 +39,5 @@
 //     everything beneath. They become snapshot's deletions and opaque
 //     directories.
 //
-// Names and hard-link targets of a layer are untrusted: a ".." element,
-// an invalid name or a write through a symlink beneath refuses the layer
-// (ErrUnsafePath) before anything of it is committed. Symlink targets are
-// data, kept verbatim. See docs/images.md.
+// See docs/images.md.
 package image

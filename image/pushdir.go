@@ -24,14 +24,17 @@ const (
 	pushLockName     = "lock"
 )
 
-// pushDir is a push's private directory, locked until release.
-type pushDir struct {
-	path string
+// PushDir is a push's private directory, locked until Release. It is
+// here, with RemoveStalePushDirs, rather than in image/registry, which
+// pushes: gc removes what killed pushes left, and the lean build links
+// gc; the lock protocol is both halves.
+type PushDir struct {
+	Path string
 	lock *os.File
 }
 
-// newPushDir makes and locks a push directory in parent ("": os.TempDir()).
-func newPushDir(parent string) (*pushDir, error) {
+// NewPushDir makes and locks a push directory in parent ("": os.TempDir()).
+func NewPushDir(parent string) (*PushDir, error) {
 	if parent == "" {
 		parent = os.TempDir()
 	}
@@ -56,12 +59,12 @@ func newPushDir(parent string) (*pushDir, error) {
 		_ = os.RemoveAll(tmp)
 		return nil, err
 	}
-	return &pushDir{path: final, lock: f}, nil
+	return &PushDir{Path: final, lock: f}, nil
 }
 
-// release removes the directory, then drops the lock.
-func (d *pushDir) release() {
-	_ = os.RemoveAll(d.path)
+// Release removes the directory, then drops the lock.
+func (d *PushDir) Release() {
+	_ = os.RemoveAll(d.Path)
 	d.lock.Close()
 }
 

@@ -14,20 +14,20 @@ import (
 // entries are never touched.
 func TestRemoveStalePushDirs(t *testing.T) {
 	dir := t.TempDir()
-	live, err := newPushDir(dir)
+	live, err := NewPushDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer live.release()
-	if filepath.Base(live.path)[:len(pushDirPrefix)] != pushDirPrefix {
-		t.Fatalf("push dir %s lacks the prefix %s", live.path, pushDirPrefix)
+	defer live.Release()
+	if filepath.Base(live.Path)[:len(pushDirPrefix)] != pushDirPrefix {
+		t.Fatalf("push dir %s lacks the prefix %s", live.Path, pushDirPrefix)
 	}
 	// A killed push: its lock file is there, nobody holds it.
-	killed, err := newPushDir(dir)
+	killed, err := NewPushDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(killed.path, "layer0"), []byte("blob"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(killed.Path, "layer0"), []byte("blob"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	killed.lock.Close()
@@ -43,10 +43,10 @@ func TestRemoveStalePushDirs(t *testing.T) {
 	other := mk("layers")
 
 	got := RemoveStalePushDirs(dir, time.Hour)
-	if !slices.Equal(got, []string{killed.path}) {
-		t.Errorf("young: removed %v, want only the killed push's %s", got, killed.path)
+	if !slices.Equal(got, []string{killed.Path}) {
+		t.Errorf("young: removed %v, want only the killed push's %s", got, killed.Path)
 	}
-	for _, p := range []string{live.path, nolock, half, other} {
+	for _, p := range []string{live.Path, nolock, half, other} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
@@ -59,13 +59,13 @@ func TestRemoveStalePushDirs(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("old: removed %v, want %v", got, want)
 	}
-	for _, p := range []string{live.path, other, filepath.Join(live.path, pushLockName)} {
+	for _, p := range []string{live.Path, other, filepath.Join(live.Path, pushLockName)} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
-	live.release()
-	if _, err := os.Stat(live.path); !os.IsNotExist(err) {
-		t.Errorf("release left %s: %v", live.path, err)
+	live.Release()
+	if _, err := os.Stat(live.Path); !os.IsNotExist(err) {
+		t.Errorf("Release left %s: %v", live.Path, err)
 	}
 }

@@ -1,4 +1,4 @@
-package image_test
+package registry_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stratafs/strata/image"
+	_ "github.com/stratafs/strata/image/registry" // these tests call it through image.Import and image.Push, as strata does
 	"github.com/stratafs/strata/internal/testutil"
 	"github.com/stratafs/strata/snapshot"
 	"github.com/stratafs/strata/store"

@@ -1,16 +1,18 @@
-package image
+package registry
 
 import (
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/stratafs/strata/image"
 )
 
 // blobWatch is a registry transport that tells, from the registry's own
 // answers, what became of each blob: go-containerregistry decides per
 // blob whether to upload, skip or mount it and reports only an aggregate,
-// while a progress bar per blob (and PushedLayer.State) needs the
+// while a progress bar per blob (and image.PushedLayer.State) needs the
 // decision of each. Every hook is optional and is called with the digest
 // ("sha256:…") the request names.
 type blobWatch struct {
@@ -88,19 +90,19 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 // blobStates collects what a blobWatch saw, by digest.
 type blobStates struct {
 	mu sync.Mutex
-	m  map[string]BlobState
+	m  map[string]image.BlobState
 }
 
-func (s *blobStates) set(d string, st BlobState) {
+func (s *blobStates) set(d string, st image.BlobState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[string]BlobState{}
+		s.m = map[string]image.BlobState{}
 	}
 	s.m[d] = st
 }
 
-func (s *blobStates) get(d string) BlobState {
+func (s *blobStates) get(d string) image.BlobState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m[d]

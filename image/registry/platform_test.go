@@ -1,4 +1,4 @@
-package image_test
+package registry_test
 
 import (
 	"archive/tar"

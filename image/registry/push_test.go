@@ -1,4 +1,4 @@
-package image_test
+package registry_test
 
 import (
 	"context"
@@ -12,7 +12,8 @@ import (
 	"github.com/stratafs/strata/store"
 )
 
-// commitDir imports dir as a commit on parent and returns it.
+// commitDir imports dir as a commit on parent (ZeroID: a root commit)
+// and returns it and its tree.
 func commitDir(t *testing.T, s *store.Store, parent store.ID, dir string) (store.ID, store.ID) {
 	t.Helper()
 	ctx := context.Background()
@@ -27,7 +28,11 @@ func commitDir(t *testing.T, s *store.Store, parent store.ID, dir string) (store
 	}
 	var id store.ID
 	if err := w.Finish(func(tx *store.Tx) error {
-		id, err = tx.PutCommit(&store.Commit{Tree: r.Tree, Parents: []store.ID{parent}, Message: "project", TimeNs: 1, Stats: r.Stats})
+		c := &store.Commit{Tree: r.Tree, Message: "project", TimeNs: 1, Stats: r.Stats}
+		if !parent.IsZero() {
+			c.Parents = []store.ID{parent}
+		}
+		id, err = tx.PutCommit(c)
 		return err
 	}); err != nil {
 		t.Fatal(err)
