@@ -7,6 +7,13 @@ import (
 	"github.com/stratafs/strata/image"
 )
 
+// ImagesLinked reports whether this binary links container image support
+// (package image/registry, which registers itself when imported):
+// without it, ImportImage, Push and Pull fail with an error wrapping
+// image.ErrNotLinked. strata-core built with the strata_lean tag lacks it
+// on purpose and hands those verbs to strata-full (docs/hotpath.md).
+func ImagesLinked() bool { return image.Linked() }
+
 // ImageImportOptions tune ImportImage.
 type ImageImportOptions struct {
 	Branch string // default DefaultBranch

@@ -8,5 +8,6 @@ package main
 // binary the lean strata-core hands import --git, import --image,
 // export-git, push and pull to (handover.go).
 import (
+	_ "github.com/stratafs/strata/image/registry"
 	_ "github.com/stratafs/strata/worktree/gogit"
 )

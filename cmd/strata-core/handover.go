@@ -22,6 +22,11 @@ const fullName = "strata-full"
 // link git support; it returns only when it does, or with an error.
 func needGit() error { return needFull(strata.GitLinked(), "git (go-git)") }
 
+// needImages is needGit for import --image, push and pull.
+func needImages() error {
+	return needFull(strata.ImagesLinked(), "container image (go-containerregistry)")
+}
+
 // needFull execs strata-full unless linked. A strata-full that finds itself
 // without the implementation (built with the lean tag by mistake) reports
 // it rather than exec itself again.

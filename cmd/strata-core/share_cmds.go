@@ -68,6 +68,9 @@ func shareCommands(e *env) []*cli.Command {
 				if c.NArg() != 2 {
 					return usagef("push takes REF DEST")
 				}
+				if err := needImages(); err != nil {
+					return err
+				}
 				r, err := e.open(strata.OpenOptions{})
 				if err != nil {
 					return err
@@ -105,6 +108,9 @@ func shareCommands(e *env) []*cli.Command {
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
 					return usagef("pull takes SRC")
+				}
+				if err := needImages(); err != nil {
+					return err
 				}
 				r, err := e.open(strata.OpenOptions{Create: true})
 				if err != nil {

@@ -106,6 +106,9 @@ func storeCommands(e *env) []*cli.Command {
 					if c.NArg() != 0 || c.String("git") != "" {
 						return usagef("import --image SRC takes no DIR and no --git")
 					}
+					if err := needImages(); err != nil {
+						return err
+					}
 					return e.importImage(c, src)
 				}
 				if c.IsSet("platform") || c.IsSet("tls-verify") {
