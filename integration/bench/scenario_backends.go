@@ -16,8 +16,8 @@ import (
 // today there: `git worktree add` + `cp -a --reflink=always
 // node_modules`. Per filesystem and pass: `ws create` + first `exec --
 // true`; reads (`find`, every `.js`) inside a reflink and an overlay
-// workspace ÷ native (a copy of the corpus on the same filesystem); a
-// one-file `commit`.
+// workspace, with the agent sandbox and without, ÷ native (a copy of the
+// corpus on the same filesystem); a one-file `commit`.
 
 // backendFS is a filesystem of the scenario: its mount point's directory
 // for the pass (made by the root parent: fsDirs).
@@ -256,6 +256,13 @@ func backendReads(b *Bench, fs backendFS, home, native string) error {
 			return err
 		}
 		places = append(places, place{be, s})
+		// The same workspace without the sandbox: what the backend costs
+		// apart from Landlock's checks on each path (and seccomp's).
+		s, err = startSession("strata exec --sandbox none "+be, "", b.strata, "--home", home, "exec", "reads-"+be, "--sandbox", "none", "--", "/bin/sh")
+		if err != nil {
+			return err
+		}
+		places = append(places, place{be + "-nosandbox", s})
 	}
 	counts := map[string]string{}
 	for _, p := range places {
@@ -339,11 +346,14 @@ func reportBackends(r *Results) []Table {
 				rt.Rows = append(rt.Rows, []string{"reads " + c.key + " (warm) ÷ native", p,
 					r.ratio(p, "backends", k("reads/"+c.key+"/reflink"), k("reads/"+c.key+"/native"), "p50"),
 					r.ratio(p, "backends", k("reads/"+c.key+"/overlay"), k("reads/"+c.key+"/native"), "p50")})
+				rt.Rows = append(rt.Rows, []string{"· the same with `--sandbox none` ÷ native", p,
+					r.ratio(p, "backends", k("reads/"+c.key+"/reflink-nosandbox"), k("reads/"+c.key+"/native"), "p50"),
+					r.ratio(p, "backends", k("reads/"+c.key+"/overlay-nosandbox"), k("reads/"+c.key+"/native"), "p50")})
 			}
 			rt.Rows = append(rt.Rows, []string{"1-file commit, reflink ÷ overlay", p,
 				crossRatio(r, p, "backends", k("reflink/commit1"), "backends", k("overlay/commit1")), ""})
 		}
-		rt.Notes = []string{"Reads: warm, each command in a long-lived shell (natively in the corpus copy on this filesystem, and in `strata exec NAME -- sh` with the default agent sandbox), after one unrecorded run."}
+		rt.Notes = []string{"Reads: warm, each command in a long-lived shell (natively in the corpus copy on this filesystem, in `strata exec NAME -- sh` with the default agent sandbox, and in `strata exec NAME --sandbox none -- sh`: the backend without Landlock's and seccomp's checks), after one unrecorded run; all places interleaved."}
 		out = append(out, t, rt)
 	}
 	out[len(out)-1].Notes = append(out[len(out)-1].Notes, r.skips("backends")...)
