@@ -27,11 +27,21 @@ var impl struct {
 }
 
 // Register installs the go-git implementation of Snapshot and ExportGit.
-// Package worktree/gogit calls it from its init; nothing else should.
+// Package worktree/gogit calls it from its init, once; nothing else
+// should: a second call, or a nil function, panics (a binary would
+// otherwise run whichever came last), as image.Register does. Package
+// inits run one at a time before main and impl is only read after, so it
+// needs no lock.
 func Register(
 	snapshot func(ctx context.Context, s *store.Store, w *store.Writer, repoArg string, opts SnapshotOptions) (*SnapshotResult, error),
 	export func(ctx context.Context, s *store.Store, baseTree, tree store.ID, parentRev string, repoDir string, opts ExportOptions) (*ExportResult, error),
 ) {
+	if snapshot == nil || export == nil {
+		panic("worktree: Register with a nil function")
+	}
+	if impl.snapshot != nil {
+		panic("worktree: Register called twice")
+	}
 	impl.snapshot, impl.export = snapshot, export
 }
 
