@@ -187,8 +187,9 @@ func TestFullDisk(t *testing.T) {
 
 // TestHelperHoldStore is not a test of its own: TestFullDiskPendingWAL
 // runs the test binary with STRATA_TEST_HOLD_STORE=DIR as a process that
-// holds the store open (a read, so its connection keeps the WAL), says
-// "holding" and waits to be killed. Run without it, it does nothing.
+// holds the store open in a read transaction (so what is committed
+// meanwhile stays in the WAL), says "holding" and waits to be killed. Run
+// without it, it does nothing.
 func TestHelperHoldStore(t *testing.T) {
 	dir := os.Getenv("STRATA_TEST_HOLD_STORE")
 	if dir == "" {
@@ -198,11 +199,20 @@ func TestHelperHoldStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.View(context.Background(), func(tx *store.Tx) error { _, err := tx.Ref("main"); return err }); err != nil {
+	// A read transaction held until the process is killed: a close
+	// elsewhere checkpoints the WAL when it has grown (store/wal.go), and
+	// cannot copy past this reader's snapshot, so what is written
+	// meanwhile stays in the WAL, not yet in strata.db.
+	if err := s.View(context.Background(), func(tx *store.Tx) error {
+		if _, err := tx.Ref("main"); err != nil {
+			return err
+		}
+		fmt.Println("holding")
+		time.Sleep(10 * time.Minute)
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Println("holding")
-	time.Sleep(10 * time.Minute)
 }
 
 // TestFullDiskPendingWAL pins issue 12's last full-disk item: a store whose
