@@ -92,7 +92,7 @@ func freeze(dir string) (thaw func(), err error) {
 	if err := os.WriteFile(marker, []byte(fmt.Sprintf("%d %d\n", os.Getpid(), start)), 0o600); err != nil {
 		return nil, fmt.Errorf("freeze workspace: %w", err)
 	}
-	stopped, err := stopAll(func() []int { return nsProcesses(k.PID, ns) }, k.PID)
+	stopped, err := stopAll(nsProcesses(k.PID, ns), k.PID)
 	if err != nil {
 		_ = os.Remove(marker)
 		return nil, fmt.Errorf("freeze workspace: %w", err)
@@ -233,63 +233,63 @@ func freezeByKeeper(dir string) (thaw func(), err error) {
 	return func() { c.Close() }, nil
 }
 
-// nsProcesses lists the host pids of the processes of the PID namespace
-// ns whose init is the keeper init, the keeper included: its descendants,
-// read from /proc/PID/task/TID/children, when the kernel has that file
-// (CONFIG_PROC_CHILDREN) and init is the namespace's pid 1 — every process
-// of the namespace descends from it, orphans being reparented to it, and
-// so do those of namespaces nested in it, which write to the workspace
-// too; else by a scan of every process on the host (pidsInNS). The walk
-// costs what the workspace's processes do: the scan, a readlink per
-// process of the machine, ran a commit ~1.5 ms on an idle 2-vCPU VM with
-// 70 processes, and grows with a busy host's hundreds.
+// nsProcesses returns what lists the host pids of the processes of the
+// PID namespace ns whose init is the keeper init, the keeper included:
+// its descendants, read from /proc/PID/task/TID/children, when the kernel
+// has that file (CONFIG_PROC_CHILDREN) and init is the namespace's pid 1
+// — every process of the namespace descends from it, orphans being
+// reparented to it, and so do those of namespaces nested in it, which
+// write to the workspace too; else a scan of every process on the host
+// (pidsInNS). Which one is decided once, here: stopAll lists again and
+// again. The walk costs what the workspace's processes do: the scan, a
+// readlink per process of the machine, ran a commit ~1.5 ms on an idle
+// 2-vCPU VM with 70 processes, and grows with a busy host's hundreds.
 //
 // The children files are exact only while the processes listed do not
-// fork or exit; stopAll calls this until a pass finds no process it has
-// not stopped, and a stopped process forks nothing.
-func nsProcesses(init int, ns string) []int {
-	if pids, ok := descendants(init); ok {
-		return pids
+// fork or exit; stopAll lists until a pass finds no process it has not
+// stopped, and a stopped process forks nothing.
+func nsProcesses(init int, ns string) func() []int {
+	if walkable(init) {
+		return func() []int { return descendants(init) }
 	}
-	return pidsInNS(ns)
+	return func() []int { return pidsInNS(ns) }
 }
 
-// descendants lists root and every process below it, breadth first. It
-// reports false when root is not its PID namespace's init or the kernel
-// lacks the children files.
-func descendants(root int) ([]int, bool) {
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(root) + "/status")
+// walkable reports whether pid is its PID namespace's init and the
+// kernel has the children files descendants reads.
+func walkable(pid int) bool {
+	p := "/proc/" + strconv.Itoa(pid)
+	status, err := os.ReadFile(p + "/status")
 	if err != nil {
-		return nil, false
+		return false
 	}
-	isInit := false
 	for _, line := range strings.Split(string(status), "\n") {
 		if f, ok := strings.CutPrefix(line, "NSpid:"); ok {
 			ids := strings.Fields(f)
-			isInit = len(ids) > 1 && ids[len(ids)-1] == "1"
-			break
+			if len(ids) < 2 || ids[len(ids)-1] != "1" {
+				return false
+			}
+			_, err := os.Stat(p + "/task/" + strconv.Itoa(pid) + "/children")
+			return err == nil
 		}
 	}
-	if !isInit {
-		return nil, false
-	}
+	return false
+}
+
+// descendants lists root and every process below it, breadth first
+// (walkable says whether that is the whole of root's PID namespace).
+func descendants(root int) []int {
 	out := []int{root}
 	seen := map[int]bool{root: true}
 	for i := 0; i < len(out); i++ {
 		dir := "/proc/" + strconv.Itoa(out[i]) + "/task"
 		tasks, err := os.ReadDir(dir)
 		if err != nil {
-			if i == 0 {
-				return nil, false
-			}
 			continue // it exited
 		}
 		for _, t := range tasks {
 			b, err := os.ReadFile(dir + "/" + t.Name() + "/children")
 			if err != nil {
-				if i == 0 && errors.Is(err, os.ErrNotExist) {
-					return nil, false // no CONFIG_PROC_CHILDREN
-				}
 				continue
 			}
 			for _, f := range strings.Fields(string(b)) {
@@ -300,7 +300,7 @@ func descendants(root int) ([]int, bool) {
 			}
 		}
 	}
-	return out, true
+	return out
 }
 
 // pidsInNS lists the host pids of the processes whose PID namespace is ns
@@ -334,7 +334,7 @@ func ThawStale(dir string) {
 	}
 	if k, err := FindKeeper(dir); err == nil {
 		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", k.PID)); err == nil {
-			for _, p := range nsProcesses(k.PID, ns) {
+			for _, p := range nsProcesses(k.PID, ns)() {
 				if p != k.PID {
 					_ = unix.Kill(p, syscall.SIGCONT)
 				}

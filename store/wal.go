@@ -32,7 +32,7 @@ import (
 // What a kept WAL costs the next process: the first connection of a
 // process that finds no other holder of -shm truncates it (unix VFS, the
 // DMS lock) and rebuilds the wal-index by reading and checksumming every
-// frame of the WAL — about 16 µs a frame here, 30 ms for the 900 frames
+// frame of the WAL — 16–28 µs a frame here, 25 ms for the 900 frames
 // SQLite's automatic checkpoint (every 1,000 pages) lets a WAL reach.
 // So Close truncates a WAL over walCloseCheckpoint (128 KiB, 16 frames)
 // with a checkpoint that does not wait for other processes: the next
