@@ -37,6 +37,11 @@ LONGFUZZTIME ?= 2m
 # package init, ~0.5 ms of every strata call).
 BUILD_TAGS := urfave_cli_no_docs
 GOFLAGS_BUILD := -trimpath -tags $(BUILD_TAGS)
+# On linux/amd64 the front's ELF entry is cmd/strata/entry_linux_amd64.s:
+# it hands every command line the front cannot serve to strata-core
+# before the Go runtime starts (docs/hotpath.md, "Part 4"). Elsewhere the
+# Go front decides alone, as a `go install` build does.
+FRONT_ENTRY := $(if $(filter linux/amd64,$(shell $(GO) env GOOS)/$(shell $(GO) env GOARCH)),-E main.entry)
 # `strata version` reports the commit it was built from.
 STRATA_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
@@ -54,7 +59,7 @@ build:
 	@mkdir -p $(BIN)
 	# The front without DWARF (-w; symbols and tracebacks stay): 3.7 MB
 	# instead of 5.2 (docs/hotpath.md).
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags=-w -o $(BIN)/strata ./cmd/strata
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags "-w $(FRONT_ENTRY)" -o $(BIN)/strata ./cmd/strata
 	# strata-core without go-git and go-containerregistry (strata_lean): it
 	# hands import --git/--image, export-git, push and pull to strata-full,
 	# the same CLI with them (docs/hotpath.md).
