@@ -223,7 +223,7 @@ func BenchmarkSmallObjects(b *testing.B) {
 				}
 				if c == codecZstd {
 					var err error
-					if d, err = zDec.DecodeAll(d, make([]byte, 0, sz)); err != nil {
+					if d, err = decodeAll(d, make([]byte, 0, sz)); err != nil {
 						return err
 					}
 				}

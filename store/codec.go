@@ -5,7 +5,6 @@ package store
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -26,38 +25,79 @@ const (
 // share a page with their neighbours anyway.
 const minCompress = 128
 
+// Encoders and decoders are kept on last-in-first-out free lists of
+// single-goroutine coders rather than in one zstd.Encoder and Decoder
+// with GOMAXPROCS coders inside: those hand their coders out in turn, so
+// a process that compresses a few small objects — a one-file commit's
+// trees — paid the first use of each (an encoder's 256 KiB match table
+// faulted in: ~1 ms on the VM of docs/hotpath.md) where one would do. A
+// caller takes the coder used last; a new one is made only when every
+// one is busy (parallel imports make as many as they have workers).
 var (
-	zOnce sync.Once
-	zEnc  *zstd.Encoder
-	zDec  *zstd.Decoder
-)
-
-// zstdInit creates the shared encoder and decoder on first use, so that a
-// CLI call that never touches content does not pay for their tables.
-func zstdInit() {
-	zOnce.Do(func() {
-		n := runtime.GOMAXPROCS(0)
-		var err error
-		zEnc, err = zstd.NewWriter(nil,
+	encoders = coderPool[*zstd.Encoder]{make: func() *zstd.Encoder {
+		e, err := zstd.NewWriter(nil,
 			zstd.WithEncoderLevel(zstd.SpeedFastest),
-			zstd.WithEncoderConcurrency(n),
+			zstd.WithEncoderConcurrency(1),
 			// The object id already covers the payload.
 			zstd.WithEncoderCRC(false),
 		)
 		if err != nil {
-			panic(err)
+			panic(err) // constant options
 		}
-		zDec, err = zstd.NewReader(nil,
-			zstd.WithDecoderConcurrency(n),
+		return e
+	}}
+	decoders = coderPool[*zstd.Decoder]{make: func() *zstd.Decoder {
+		d, err := zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(1),
 			zstd.WithDecoderMaxMemory(maxObjectSize),
 			// Bound the output by the size column, so that a damaged
 			// frame cannot allocate more than the object claims to be.
 			zstd.WithDecodeAllCapLimit(true),
 		)
 		if err != nil {
-			panic(err)
+			panic(err) // constant options
 		}
-	})
+		return d
+	}}
+)
+
+// coderPool is a free list of coders, the last one put back first out.
+type coderPool[T any] struct {
+	mu   sync.Mutex
+	free []T
+	make func() T
+}
+
+func (p *coderPool[T]) get() T {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		c := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return c
+	}
+	p.mu.Unlock()
+	return p.make()
+}
+
+func (p *coderPool[T]) put(c T) {
+	p.mu.Lock()
+	p.free = append(p.free, c)
+	p.mu.Unlock()
+}
+
+// encodeAll appends p compressed as one zstd frame to dst.
+func encodeAll(p, dst []byte) []byte {
+	e := encoders.get()
+	defer encoders.put(e)
+	return e.EncodeAll(p, dst)
+}
+
+// decodeAll appends the payload of zstd frame c to dst.
+func decodeAll(c, dst []byte) ([]byte, error) {
+	d := decoders.get()
+	defer decoders.put(d)
+	return d.DecodeAll(c, dst)
 }
 
 // compress returns the codec and stored bytes for payload p. It keeps p
@@ -68,11 +108,10 @@ func compress(p []byte) (int, []byte) {
 	if len(p) < minCompress {
 		return codecNone, p
 	}
-	zstdInit()
 	if len(p) >= sampleMin && !worthCompressing(p) {
 		return codecNone, p
 	}
-	c := zEnc.EncodeAll(p, make([]byte, 0, len(p)/2))
+	c := encodeAll(p, make([]byte, 0, len(p)/2))
 	if len(c) >= len(p)-len(p)/10 {
 		return codecNone, p
 	}
@@ -97,7 +136,7 @@ func worthCompressing(p []byte) bool {
 	s = append(s, p[mid:mid+sampleSize]...)
 	s = append(s, p[len(p)-sampleSize:]...)
 	var out [3*sampleSize + 64]byte
-	c := zEnc.EncodeAll(s, out[:0])
+	c := encodeAll(s, out[:0])
 	return len(c) < len(s)-len(s)/10
 }
 
@@ -129,9 +168,8 @@ func decodeRow(id ID, kind Kind, codec int64, size int64, data []byte, base base
 	case codecNone:
 		p = data
 	case codecZstd:
-		zstdInit()
 		var err error
-		p, err = zDec.DecodeAll(data, make([]byte, 0, size))
+		p, err = decodeAll(data, make([]byte, 0, size))
 		if err != nil {
 			return nil, fmt.Errorf("object %s: decompress: %v: %w", id.Short(), err, ErrCorrupt)
 		}

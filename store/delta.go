@@ -89,8 +89,7 @@ func encodeDeltaOpt(p, base []byte, baseID ID, depth int, dict bool) ([]byte, er
 		defer enc.Close()
 		return enc.EncodeAll(mid, append(out, midDict)), nil
 	default:
-		zstdInit()
-		c := zEnc.EncodeAll(mid, nil)
+		c := encodeAll(mid, nil)
 		if len(c) >= len(mid) {
 			return append(append(out, midRaw), mid...), nil
 		}
@@ -165,21 +164,19 @@ func decodeDelta(id ID, kind Kind, size int64, data []byte, base baseReader) ([]
 	switch how {
 	case midRaw:
 		mid = rest
-	case midZstd, midDict:
-		opts := []zstd.DOption{zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxObjectSize), zstd.WithDecodeAllCapLimit(true)}
-		if how == midDict {
-			opts = append(opts, zstd.WithDecoderDictRaw(0, bp[pre:uint64(len(bp))-suf]))
+	case midZstd:
+		if mid, err = decodeAll(rest, make([]byte, 0, midSize)); err != nil {
+			return nil, fmt.Errorf("object %s: decode delta against %s: %v: %w", id.Short(), bid.Short(), err, ErrCorrupt)
 		}
-		var dec *zstd.Decoder
-		if how == midZstd {
-			zstdInit()
-			dec = zDec
-		} else if dec, err = zstd.NewReader(nil, opts...); err != nil {
+	case midDict:
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxObjectSize),
+			zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderDictRaw(0, bp[pre:uint64(len(bp))-suf]))
+		if err != nil {
 			return nil, fmt.Errorf("object %s: delta decoder: %w", id.Short(), err)
-		} else {
-			defer dec.Close()
 		}
-		if mid, err = dec.DecodeAll(rest, make([]byte, 0, midSize)); err != nil {
+		mid, err = dec.DecodeAll(rest, make([]byte, 0, midSize))
+		dec.Close()
+		if err != nil {
 			return nil, fmt.Errorf("object %s: decode delta against %s: %v: %w", id.Short(), bid.Short(), err, ErrCorrupt)
 		}
 	default:
