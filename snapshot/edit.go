@@ -512,6 +512,13 @@ type underRetainer interface {
 	RetainedUnder(parent store.ID, ids []store.ID) error
 }
 
+// treeLiker is what *store.Writer has to store a directory as a new
+// version of its previous tree (store.Writer.PutTreeLike): a large
+// directory's unchanged runs are not stored again.
+type treeLiker interface {
+	PutTreeLike(t *store.Tree, prev store.ID) (store.ID, error)
+}
+
 // treeWriter stores the rewritten directories of an edit bottom-up.
 type treeWriter struct {
 	ctx context.Context
@@ -591,7 +598,13 @@ func (x *treeWriter) write(d *edir, rel string, depth int) (store.ID, bool, erro
 			x.reuse[d.id] = rel
 		}
 	}
-	id, err := x.w.PutTree(t)
+	var id store.ID
+	var err error
+	if tl, ok := x.w.(treeLiker); ok && !d.fresh && !d.id.IsZero() {
+		id, err = tl.PutTreeLike(t, d.id)
+	} else {
+		id, err = x.w.PutTree(t)
+	}
 	if err != nil {
 		return store.ZeroID, false, fmt.Errorf("store tree %q: %w", rel, err)
 	}

@@ -61,8 +61,8 @@ func wideTree(tb testing.TB, s *store.Store, files, wide int) store.ID {
 
 // commitOneLine applies a 1-line edit of wide/f00001 to base and commits
 // it as a workspace commit does (an optimistic Writer, ApplyUpper, one
-// Finish), returning the new tree.
-func commitOneLine(tb testing.TB, s *store.Store, base store.ID, upper string, i int) store.ID {
+// Finish), returning the new tree and what the Writer stored.
+func commitOneLine(tb testing.TB, s *store.Store, base store.ID, upper string, i int) (store.ID, store.WriterStats) {
 	ctx := context.Background()
 	p := filepath.Join(upper, "wide", "f00001")
 	if err := os.WriteFile(p, []byte(fmt.Sprintf("wide/f00001: edit %d\n", i)), 0o644); err != nil {
@@ -81,7 +81,7 @@ func commitOneLine(tb testing.TB, s *store.Store, base store.ID, upper string, i
 	if err := w.Finish(func(tx *store.Tx) error { return nil }); err != nil {
 		tb.Fatal(err)
 	}
-	return res.Tree
+	return res.Tree, w.Stats()
 }
 
 // BenchmarkCommitWideDir: a 1-line commit in a 4,000-entry directory of a
@@ -122,17 +122,23 @@ func BenchmarkCommitWideDir(b *testing.B) {
 // TestCommitWideDir: the wide-directory commit, whose unchanged entries
 // are retained through the previous directory tree, changes exactly the
 // edited entry (store's TestRetainedUnder covers the check that stands
-// for the others).
+// for the others); the 4,000-entry directory is split (a tree index,
+// store/treeindex.go), and the commit stores the file, one run of it, its
+// index and the root — not the whole listing again.
 func TestCommitWideDir(t *testing.T) {
 	s, err := store.Open(t.TempDir(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	base := wideTree(t, s, 3000, 1000)
+	const wide = 4000
+	base := wideTree(t, s, 6000, wide)
 	upper := t.TempDir()
 	os.MkdirAll(filepath.Join(upper, "wide"), 0o755)
-	tree := commitOneLine(t, s, base, upper, 1)
+	tree, st := commitOneLine(t, s, base, upper, 1)
+	if st.NewObjects != 4 || st.NewBytes > 80<<10 {
+		t.Errorf("a 1-line commit stored %d objects, %d bytes; want 4 (the file, a run, the index, the root), well under the directory's size", st.NewObjects, st.NewBytes)
+	}
 	var before, after []store.TreeEntry
 	err = s.View(context.Background(), func(tx *store.Tx) error {
 		for _, x := range []struct {
@@ -154,7 +160,7 @@ func TestCommitWideDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(before) != 1000 || len(after) != 1000 {
+	if len(before) != wide || len(after) != wide {
 		t.Fatalf("wide: %d entries before, %d after", len(before), len(after))
 	}
 	for i := range before {

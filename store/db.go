@@ -446,7 +446,12 @@ func (s *Store) ReadOnly() bool { return s.ro }
 // migrations is the ordered list of schema changes; migration i takes the
 // schema from version i to i+1 (PRAGMA user_version). Append only: never
 // edit a migration that has shipped.
-var migrations = [][]string{schemaV1, schemaV2}
+var migrations = [][]string{schemaV1, schemaV2, schemaV3}
+
+// schemaV3: large directories stored as tree indexes (kind 5,
+// treeindex.go). No table changes: the version keeps a strata that does
+// not know the kind off a store that may hold it.
+var schemaV3 = []string{}
 
 // schemaV2: delta-coded chunks (codec 2, delta.go), indexed so that gc
 // finds them without reading the whole table.

@@ -23,17 +23,23 @@ const (
 	fileFormat   = 1
 	treeFormat   = 1
 	commitFormat = 1
+	indexFormat  = 1
 )
 
 // headers are hashed in front of the payload: id = sha256(header || payload).
 var headers = [...][]byte{
-	KindChunk:  fmt.Appendf(nil, "strata chunk %d\x00", chunkFormat),
-	KindFile:   fmt.Appendf(nil, "strata file %d\x00", fileFormat),
-	KindTree:   fmt.Appendf(nil, "strata tree %d\x00", treeFormat),
-	KindCommit: fmt.Appendf(nil, "strata commit %d\x00", commitFormat),
+	KindChunk:     fmt.Appendf(nil, "strata chunk %d\x00", chunkFormat),
+	KindFile:      fmt.Appendf(nil, "strata file %d\x00", fileFormat),
+	KindTree:      fmt.Appendf(nil, "strata tree %d\x00", treeFormat),
+	KindCommit:    fmt.Appendf(nil, "strata commit %d\x00", commitFormat),
+	KindTreeIndex: fmt.Appendf(nil, "strata tree index %d\x00", indexFormat),
 }
 
-func validKind(k Kind) bool { return k >= KindChunk && k <= KindCommit }
+func validKind(k Kind) bool { return k >= KindChunk && k <= KindTreeIndex }
+
+// isDir reports whether an object of kind k is a directory: a tree, or the
+// index of a large one.
+func isDir(k Kind) bool { return k == KindTree || k == KindTreeIndex }
 
 var hasherPool = sync.Pool{New: func() any { return sha256.New() }}
 
@@ -292,9 +298,23 @@ func EncodeTree(t *Tree) ([]byte, error) {
 // DecodeTree decodes a tree payload, rejecting anything EncodeTree would
 // not produce.
 func DecodeTree(p []byte) (*Tree, error) {
+	entries, err := appendTree(nil, p)
+	if err != nil {
+		return nil, err
+	}
+	return &Tree{Entries: entries}, nil
+}
+
+// appendTree decodes the tree payload p onto entries (which must end
+// before p's first name, as the runs of a split directory do).
+func appendTree(entries []TreeEntry, p []byte) ([]TreeEntry, error) {
 	r := reader{b: p}
 	n := r.count(minEntrySize)
-	t := &Tree{Entries: make([]TreeEntry, 0, n)}
+	if entries == nil {
+		entries = make([]TreeEntry, 0, n)
+	}
+	t := &Tree{Entries: entries}
+	first := len(entries)
 	for i := 0; i < n && r.err == nil; i++ {
 		var e TreeEntry
 		e.Name = r.str()
@@ -321,7 +341,7 @@ func DecodeTree(p []byte) (*Tree, error) {
 		if err := validateEntry(&e); err != nil {
 			return nil, fmt.Errorf("decode tree: %w", err)
 		}
-		if i > 0 && t.Entries[i-1].Name >= e.Name {
+		if k := len(t.Entries); k > first && t.Entries[k-1].Name >= e.Name {
 			return nil, fmt.Errorf("decode tree: entries not sorted and unique at %q: %w", e.Name, errNonCanonical)
 		}
 		t.Entries = append(t.Entries, e)
@@ -329,7 +349,7 @@ func DecodeTree(p []byte) (*Tree, error) {
 	if err := r.end(); err != nil {
 		return nil, fmt.Errorf("decode tree: %w", err)
 	}
-	return t, nil
+	return t.Entries, nil
 }
 
 // --- commit ----------------------------------------------------------------
@@ -514,6 +534,16 @@ func refsOf(k Kind, p []byte) ([]ID, error) {
 			return nil, err
 		}
 		return append([]ID{c.Tree}, c.Parents...), nil
+	case KindTreeIndex:
+		runs, _, err := decodeTreeIndex(p)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]ID, len(runs))
+		for i, r := range runs {
+			ids[i] = r.Tree
+		}
+		return ids, nil
 	}
 	return nil, fmt.Errorf("unknown object kind %d", k)
 }

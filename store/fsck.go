@@ -11,6 +11,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -235,7 +236,7 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 		return
 	}
 	var refs []ID
-	var want func(i int) (Kind, Kind) // kinds a ref may have
+	var want func(i int) refKinds // kinds a ref may have
 	switch Kind(kind) {
 	case KindChunk:
 		return
@@ -254,7 +255,7 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 		if n.Level > 0 {
 			k = KindFile
 		}
-		want = func(int) (Kind, Kind) { return k, k }
+		want = func(int) refKinds { return refKinds{k} }
 	case KindTree:
 		t, err := DecodeTree(p)
 		if err != nil {
@@ -268,14 +269,14 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 				types = append(types, e.Type)
 			}
 		}
-		want = func(i int) (Kind, Kind) {
+		want = func(i int) refKinds {
 			switch types[i] {
 			case TypeDir:
-				return KindTree, KindTree
+				return dirKinds
 			case TypeFile:
-				return KindChunk, KindFile
+				return refKinds{KindChunk, KindFile}
 			}
-			return KindChunk, KindCommit // anything
+			return nil // anything
 		}
 	case KindCommit:
 		c, err := DecodeCommit(p)
@@ -284,11 +285,31 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 			return
 		}
 		refs = append([]ID{c.Tree}, c.Parents...)
-		want = func(i int) (Kind, Kind) {
+		want = func(i int) refKinds {
 			if i == 0 {
-				return KindTree, KindTree
+				return dirKinds
 			}
-			return KindCommit, KindCommit
+			return refKinds{KindCommit}
+		}
+	case KindTreeIndex:
+		runs, _, err := decodeTreeIndex(p)
+		if err != nil {
+			f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: err.Error()})
+			return
+		}
+		for _, r := range runs {
+			refs = append(refs, r.Tree)
+		}
+		want = func(int) refKinds { return refKinds{KindTree} }
+		// Split where the format splits: one directory, one id. (Runs
+		// that cannot be read are reported as missing or corrupt below
+		// and on their own.)
+		if t, err := tx.Tree(id); err == nil {
+			if err := canonicalIndex(t, runs); err != nil {
+				f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: "tree index: " + err.Error()})
+			}
+		} else if !errors.Is(err, ErrNotFound) {
+			f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: err.Error()})
 		}
 	}
 	f.edges[id] = refs
@@ -298,13 +319,18 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 			f.missing[r] = append(f.missing[r], id)
 			continue
 		}
-		lo, hi := want(i)
-		if ro.kind != 0 && (ro.kind < lo || ro.kind > hi) {
+		if ks := want(i); ro.kind != 0 && ks != nil && !slices.Contains(ks, ro.kind) {
 			f.problem(Problem{Object: id, Kind: ProblemCorrupt,
-				Detail: fmt.Sprintf("references %s, a %v, where it needs a %v", r.Short(), ro.kind, lo)})
+				Detail: fmt.Sprintf("references %s, a %v, where it needs a %v", r.Short(), ro.kind, ks[0])})
 		}
 	}
 }
+
+// refKinds are the kinds an object's reference may have (nil: any).
+type refKinds []Kind
+
+// dirKinds are a directory's: a tree or a large directory's index.
+var dirKinds = refKinds{KindTree, KindTreeIndex}
 
 type fsckRoot struct {
 	name string // branch name, or "workspace:NAME"

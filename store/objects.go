@@ -131,17 +131,89 @@ func (tx *Tx) getKind(id ID, want Kind) ([]byte, error) {
 	return p, nil
 }
 
-// Tree reads and decodes a tree.
+// Tree reads and decodes a directory: a tree, or a large directory's
+// index and the trees it lists, joined.
 func (tx *Tx) Tree(id ID) (*Tree, error) {
-	p, err := tx.getKind(id, KindTree)
+	k, p, err := tx.Get(id)
 	if err != nil {
 		return nil, err
 	}
-	t, err := DecodeTree(p)
-	if err != nil {
-		return nil, fmt.Errorf("tree %s: %v: %w", id.Short(), err, ErrCorrupt)
+	switch k {
+	case KindTree:
+		t, err := DecodeTree(p)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s: %v: %w", id.Short(), err, ErrCorrupt)
+		}
+		return t, nil
+	case KindTreeIndex:
+		runs, total, err := decodeTreeIndex(p)
+		if err != nil {
+			return nil, fmt.Errorf("tree index %s: %v: %w", id.Short(), err, ErrCorrupt)
+		}
+		got, err := tx.runPayloads(runs)
+		if err != nil {
+			return nil, err
+		}
+		t, err := joinRuns(runs, total, func(run ID) ([]byte, error) {
+			if p, ok := got[run]; ok {
+				return p, nil
+			}
+			return tx.getKind(run, KindTree) // not in the table: says why
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tree index %s: %w", id.Short(), err)
+		}
+		return t, nil
 	}
-	return t, nil
+	return nil, fmt.Errorf("object %s is a %v, not a tree: %w", id.Short(), k, ErrNotFound)
+}
+
+// runBatch is how many runs of a split directory one query reads.
+const runBatch = 8
+
+// qGetRuns reads runBatch objects (an id may repeat).
+var qGetRuns = `SELECT id, kind, codec, size, data FROM objects WHERE id IN (?` + strings.Repeat(", ?", runBatch-1) + `)`
+
+// runPayloads reads the runs of a split directory, runBatch at a time
+// (one query each instead of one per run), and returns the payloads of
+// those that are trees, verified.
+func (tx *Tx) runPayloads(runs []treeRun) (map[ID][]byte, error) {
+	got := make(map[ID][]byte, len(runs))
+	args := make([]any, runBatch)
+	for start := 0; start < len(runs); start += runBatch {
+		for i := range args {
+			id := runs[min(start+i, len(runs)-1)].Tree
+			args[i] = id[:]
+		}
+		rows, err := tx.query(qGetRuns, args...)
+		if err != nil {
+			return nil, fmt.Errorf("read runs: %w", err)
+		}
+		for rows.Next() {
+			var rid, data []byte
+			var kind, codec, size int64
+			if err := rows.Scan(&rid, &kind, &codec, &size, &data); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read runs: %w", mapErr(err))
+			}
+			if len(rid) != len(ID{}) || Kind(kind) != KindTree {
+				continue // getKind says what is wrong with it
+			}
+			id := ID(rid)
+			p, err := decodeRow(id, KindTree, codec, size, data, txBase(tx), true)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			got[id] = p
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read runs: %w", mapErr(err))
+		}
+	}
+	return got, nil
 }
 
 // Commit reads and decodes a commit.
@@ -170,14 +242,23 @@ func (tx *Tx) FileNode(id ID) (*FileNode, error) {
 	return n, nil
 }
 
-// PutTree encodes and stores a tree. Entries must be sorted by name and
-// unique. Update only.
+// PutTree encodes and stores a directory (as an index over several trees
+// when large: treeindex.go) and returns its id. Entries must be sorted by
+// name and unique. Update only.
 func (tx *Tx) PutTree(t *Tree) (ID, error) {
-	p, err := EncodeTree(t)
+	et, err := encodeDirectory(t)
 	if err != nil {
 		return ZeroID, fmt.Errorf("put tree: %w", err)
 	}
-	return tx.Put(KindTree, p)
+	if et.index == nil {
+		return tx.Put(KindTree, et.tree)
+	}
+	for _, p := range et.runs {
+		if _, err := tx.Put(KindTree, p); err != nil {
+			return ZeroID, err
+		}
+	}
+	return tx.Put(KindTreeIndex, et.index)
 }
 
 // PutCommit encodes and stores a commit. Its tree and parents must exist.
@@ -187,8 +268,10 @@ func (tx *Tx) PutCommit(c *Commit) (ID, error) {
 	if err != nil {
 		return ZeroID, fmt.Errorf("put commit: %w", err)
 	}
-	if err := tx.expectKind(c.Tree, KindTree, "commit tree"); err != nil {
-		return ZeroID, err
+	if k, err := tx.kindOf(c.Tree); err != nil {
+		return ZeroID, fmt.Errorf("commit tree: %w", err)
+	} else if !isDir(k) {
+		return ZeroID, fmt.Errorf("commit tree %s is a %v, not a tree: %w", c.Tree.Short(), k, ErrNotFound)
 	}
 	for _, par := range c.Parents {
 		if err := tx.expectKind(par, KindCommit, "commit parent"); err != nil {

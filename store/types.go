@@ -69,6 +69,10 @@ const (
 	KindTree Kind = 3
 	// KindCommit is a root tree plus history (see Commit).
 	KindCommit Kind = 4
+	// KindTreeIndex is a directory too large for one tree: the ordered
+	// list of the trees holding its entries (treeindex.go). Anything that
+	// references a directory may reference one; Tx.Tree reads it whole.
+	KindTreeIndex Kind = 5
 )
 
 func (k Kind) String() string {
@@ -81,6 +85,8 @@ func (k Kind) String() string {
 		return "tree"
 	case KindCommit:
 		return "commit"
+	case KindTreeIndex:
+		return "tree index"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -66,9 +66,12 @@ type Writer struct {
 	known map[ID]struct{} // written (buffered or stored) or retained under the lease
 	// repair holds damaged ids (set before the first write): putting one
 	// rewrites its row from the payload, which hashes to it.
-	repair     map[ID]struct{}
-	repaired   []ID
-	external   map[ID]struct{} // referenced by trees put here and not known when they were
+	repair   map[ID]struct{}
+	repaired []ID
+	external map[ID]struct{} // referenced by trees put here and not known when they were
+	// runsUnder maps the runs a split directory shares with its previous
+	// version to that version (PutTreeLike), which covers them.
+	runsUnder  map[ID]ID
 	batch      []pendingObject
 	batchBytes int
 	err        error // sticky: a failed batch write poisons the Writer
@@ -553,6 +556,15 @@ func (w *Writer) checkExternal(tx *Tx) error {
 		if _, ok := w.assumed[id]; ok {
 			continue // checked below
 		}
+		if under, ok := w.runsUnder[id]; ok {
+			// A run of a directory's previous version: present while
+			// that directory is, which is known or checked below.
+			_, known := w.known[under]
+			_, assumed := w.assumed[under]
+			if known || assumed {
+				continue
+			}
+		}
 		ok, err := tx.Has(id)
 		if err != nil {
 			return err
@@ -589,7 +601,7 @@ func (w *Writer) Abort() error {
 	w.drain()
 	w.stopFlusher()
 	w.mu.Lock()
-	w.batch, w.known, w.external = nil, nil, nil
+	w.batch, w.known, w.external, w.runsUnder = nil, nil, nil, nil
 	w.mu.Unlock()
 	if w.scratch != nil {
 		w.scratchRelease()
@@ -778,16 +790,26 @@ func (w *Writer) retainBatch(batch []*retainReq) {
 
 // --- content -----------------------------------------------------------------
 
-// PutTree encodes and buffers a tree. Its entries' content should have
-// been written or retained by this Writer: anything else it references
-// must still be in the store when Finish runs, which checks and fails with
+// PutTree encodes and buffers a directory (a tree, or the index and runs
+// of a large one: treeindex.go). Its entries' content should have been
+// written or retained by this Writer: anything else it references must
+// still be in the store when Finish runs, which checks and fails with
 // ErrNotFound otherwise.
-func (w *Writer) PutTree(t *Tree) (ID, error) {
+func (w *Writer) PutTree(t *Tree) (ID, error) { return w.PutTreeLike(t, ZeroID) }
+
+// PutTreeLike is PutTree for a new version of the directory prev (ZeroID:
+// none). When both are split, the runs the new version shares with prev
+// are neither stored nor checked again: prev references them, so when
+// prev is retained or reused by this Writer (as the directory a commit
+// rewrites is), it covers them as RetainedUnder's parent covers its ids.
+// A one-entry change of a 4,000-entry directory then stores one run and
+// the index.
+func (w *Writer) PutTreeLike(t *Tree, prev ID) (ID, error) {
 	if err := w.begin(); err != nil {
 		return ZeroID, err
 	}
 	defer w.end()
-	p, err := EncodeTree(t)
+	et, err := encodeDirectory(t)
 	if err != nil {
 		return ZeroID, fmt.Errorf("put tree: %w", err)
 	}
@@ -795,14 +817,66 @@ func (w *Writer) PutTree(t *Tree) (ID, error) {
 	for i := range t.Entries {
 		c := t.Entries[i].Content
 		if _, ok := w.known[c]; !ok && !c.IsZero() {
-			if w.external == nil {
-				w.external = make(map[ID]struct{})
-			}
-			w.external[c] = struct{}{}
+			w.addExternal(c, ZeroID)
 		}
 	}
 	w.mu.Unlock()
-	return w.put(KindTree, p, true)
+	if et.index == nil {
+		return w.put(KindTree, et.tree, true)
+	}
+	shared := w.runsOf(prev)
+	for i, p := range et.runs {
+		id := et.runIDs[i]
+		if shared[id] {
+			w.mu.Lock()
+			if _, ok := w.known[id]; !ok {
+				w.addExternal(id, prev)
+			}
+			w.mu.Unlock()
+			continue
+		}
+		if _, err := w.put(KindTree, p, true); err != nil {
+			return ZeroID, err
+		}
+	}
+	return w.put(KindTreeIndex, et.index, true)
+}
+
+// addExternal records id as referenced and not written by this Writer,
+// for Finish to check; under, when not zero, is a directory that
+// references it (checkExternal). w.mu must be held.
+func (w *Writer) addExternal(id, under ID) {
+	if w.external == nil {
+		w.external = make(map[ID]struct{})
+	}
+	w.external[id] = struct{}{}
+	if !under.IsZero() {
+		if w.runsUnder == nil {
+			w.runsUnder = make(map[ID]ID)
+		}
+		w.runsUnder[id] = under
+	}
+}
+
+// runsOf returns the runs of the split directory id, or nil when it is
+// not one (or cannot be read: its runs are then stored as new).
+func (w *Writer) runsOf(id ID) map[ID]bool {
+	if id.IsZero() {
+		return nil
+	}
+	k, p, err := w.s.getObject(w.ctx, id)
+	if err != nil || k != KindTreeIndex {
+		return nil
+	}
+	runs, _, err := decodeTreeIndex(p)
+	if err != nil {
+		return nil
+	}
+	m := make(map[ID]bool, len(runs))
+	for _, r := range runs {
+		m[r.Tree] = true
+	}
+	return m
 }
 
 // WriteBytes stores the content of a file already in memory and returns

@@ -1,0 +1,359 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// wideEntries returns a directory of n empty files (no content to store),
+// named so that they sort as generated.
+func wideEntries(n int) []TreeEntry {
+	es := make([]TreeEntry, n)
+	for i := range es {
+		es[i] = TreeEntry{Name: fmt.Sprintf("file-%06d.txt", i), Type: TypeFile, Mode: 0o644, MtimeNs: int64(i) * 1e9}
+	}
+	return es
+}
+
+// putDir stores a directory through a fresh Writer (as a new version of
+// prev when prev is not zero, retained first when retain is set) and a
+// commit on branch, and returns the directory's id and the Writer's stats.
+func putDir(t *testing.T, s *Store, branch string, old ID, entries []TreeEntry, prev ID, retain bool) (dir, commit ID, st WriterStats) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := s.NewWriter(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	if retain {
+		if ok, err := w.Retain(prev); err != nil || !ok {
+			t.Fatalf("retain %s: %v %v", prev.Short(), ok, err)
+		}
+	}
+	if dir, err = w.PutTreeLike(&Tree{Entries: slices.Clone(entries)}, prev); err != nil {
+		t.Fatal(err)
+	}
+	err = w.Finish(func(tx *Tx) error {
+		var parents []ID
+		if !old.IsZero() {
+			parents = []ID{old}
+		}
+		var err error
+		if commit, err = tx.PutCommit(&Commit{Tree: dir, Parents: parents, Message: "wide", TimeNs: 1}); err != nil {
+			return err
+		}
+		return tx.SetRef(branch, old, commit)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, commit, w.Stats()
+}
+
+func kindOf(t *testing.T, s *Store, id ID) Kind {
+	t.Helper()
+	var k Kind
+	if err := s.View(context.Background(), func(tx *Tx) (err error) { k, err = tx.kindOf(id); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func readDir(t *testing.T, s *Store, id ID) []TreeEntry {
+	t.Helper()
+	var tr *Tree
+	if err := s.View(context.Background(), func(tx *Tx) (err error) { tr, err = tx.Tree(id); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return tr.Entries
+}
+
+func equalEntries(a, b []TreeEntry) bool {
+	return slices.EqualFunc(a, b, func(x, y TreeEntry) bool {
+		return x.Name == y.Name && x.Type == y.Type && x.Mode == y.Mode && x.MtimeNs == y.MtimeNs && x.Content == y.Content && x.Size == y.Size
+	})
+}
+
+// TestLargeDirectory: a directory over treeSplitMin is stored as an index
+// over runs, one id whichever way it is written, and reads back whole; a
+// small one is one tree, as before.
+func TestLargeDirectory(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	wide := wideEntries(6000)
+	if treeSize(wide) <= treeSplitMin {
+		t.Fatalf("setup: %d bytes is not over the split size", treeSize(wide))
+	}
+	dir, _, _ := putDir(t, s, "main", ZeroID, wide, ZeroID, false)
+	if k := kindOf(t, s, dir); k != KindTreeIndex {
+		t.Fatalf("a directory of %d bytes is a %v, want a tree index", treeSize(wide), k)
+	}
+	if got := readDir(t, s, dir); !equalEntries(got, wide) {
+		t.Fatalf("read back %d entries, not the %d written", len(got), len(wide))
+	}
+	// The same directory through Tx.PutTree: the same id.
+	var viaTx ID
+	if err := s.Update(ctx, func(tx *Tx) (err error) { viaTx, err = tx.PutTree(&Tree{Entries: wide}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if viaTx != dir {
+		t.Errorf("Tx.PutTree gave %s, Writer.PutTree %s", viaTx.Short(), dir.Short())
+	}
+	// Its runs are ordinary trees within the run limits.
+	var runs []treeRun
+	s.View(ctx, func(tx *Tx) error {
+		_, p, err := tx.Get(dir)
+		if err == nil {
+			runs, _, err = decodeTreeIndex(p)
+		}
+		return err
+	})
+	if len(runs) < 2 {
+		t.Fatalf("%d runs", len(runs))
+	}
+	for i, r := range runs {
+		es := readDir(t, s, r.Tree)
+		if kindOf(t, s, r.Tree) != KindTree || len(es) != r.Entries || treeSize(es) > treeRunMaxBytes+entrySize(&es[len(es)-1]) {
+			t.Errorf("run %d: %d entries, %d bytes", i, len(es), treeSize(es))
+		}
+	}
+
+	small := wideEntries(100)
+	sdir, _, _ := putDir(t, s, "small", ZeroID, small, ZeroID, false)
+	p, _ := EncodeTree(&Tree{Entries: small})
+	if kindOf(t, s, sdir) != KindTree || sdir != HashObject(KindTree, p) {
+		t.Errorf("a small directory is not one tree of the old form")
+	}
+	mustFsckOK(t, s)
+}
+
+// TestLargeDirectoryEdit: a new version of a large directory that changes
+// one entry stores one run and the index — the other runs are covered by
+// the previous version, retained or not.
+func TestLargeDirectoryEdit(t *testing.T) {
+	for _, retain := range []bool{true, false} {
+		t.Run(fmt.Sprintf("retain=%t", retain), func(t *testing.T) {
+			s := newStore(t)
+			wide := wideEntries(6000)
+			v1, c1, _ := putDir(t, s, "main", ZeroID, wide, ZeroID, false)
+			edited := slices.Clone(wide)
+			edited[3000].MtimeNs++
+			edited[3000].Size = 0
+			v2, _, st := putDir(t, s, "main", c1, edited, v1, retain)
+			if v2 == v1 {
+				t.Fatal("the edit did not change the directory")
+			}
+			if st.NewObjects != 2 {
+				t.Errorf("the edit stored %d objects, want 2 (one run and the index)", st.NewObjects)
+			}
+			if st.NewBytes > treeRunMaxBytes {
+				t.Errorf("the edit stored %d bytes", st.NewBytes)
+			}
+			if got := readDir(t, s, v2); !equalEntries(got, edited) {
+				t.Fatal("the edited directory does not read back")
+			}
+			mustFsckOK(t, s)
+		})
+	}
+}
+
+// TestSplitEntriesLocal: the cuts depend on names only, so editing an
+// entry changes one run and inserting or removing one changes at most
+// two; every run but the last ends at a cut.
+func TestSplitEntriesLocal(t *testing.T) {
+	wide := wideEntries(20000)
+	ids := func(es []TreeEntry) []ID {
+		et, err := encodeDirectory(&Tree{Entries: es})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return et.runIDs
+	}
+	diff := func(a, b []ID) int {
+		n := 0
+		for _, id := range b {
+			if !slices.Contains(a, id) {
+				n++
+			}
+		}
+		return n
+	}
+	base := ids(wide)
+	if len(base) < 4 {
+		t.Fatalf("%d runs", len(base))
+	}
+	for _, runs := range splitEntries(wide)[:len(base)-1] {
+		last := runs[len(runs)-1]
+		if !cutAfter(last.Name) && treeSize(runs) < treeRunMaxBytes {
+			t.Errorf("a run ends at %q, not at a cut", last.Name)
+		}
+		if len(runs) < treeRunMin && treeSize(runs) < treeRunMaxBytes {
+			t.Errorf("a run of %d entries", len(runs))
+		}
+	}
+	edited := slices.Clone(wide)
+	edited[12345].Mode = 0o600
+	if n := diff(base, ids(edited)); n != 1 {
+		t.Errorf("editing an entry changed %d runs", n)
+	}
+	for _, at := range []int{0, 777, 12345, 19999} {
+		ins := slices.Insert(slices.Clone(wide), at+1, TreeEntry{Name: wide[at].Name + "x", Type: TypeFile, Mode: 0o644})
+		if n := diff(base, ids(ins)); n > 2 {
+			t.Errorf("inserting after %d changed %d runs", at, n)
+		}
+		del := slices.Delete(slices.Clone(wide), at, at+1)
+		if n := diff(base, ids(del)); n > 2 {
+			t.Errorf("removing %d changed %d runs", at, n)
+		}
+	}
+}
+
+// TestLargeDirectoryGC: gc keeps an index and its runs while a branch
+// reaches them, and removes them all with the branch.
+func TestLargeDirectoryGC(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	before := countObjects(t, s)
+	_, c1, _ := putDir(t, s, "wide", ZeroID, wideEntries(6000), ZeroID, false)
+	objs := countObjects(t, s)
+	if r := gc(t, s, GCOptions{}); r.Removed != 0 {
+		t.Fatalf("gc removed %d objects of a live directory", r.Removed)
+	}
+	mustFsckOK(t, s)
+	if err := s.Update(ctx, func(tx *Tx) error { return tx.SetRef("wide", c1, ZeroID) }); err != nil {
+		t.Fatal(err)
+	}
+	if r := gc(t, s, GCOptions{}); r.Removed != objs-before {
+		t.Fatalf("gc removed %d objects, want the %d of the directory and its commit", r.Removed, objs-before)
+	}
+	if n := countObjects(t, s); n != before {
+		t.Fatalf("%d objects left", n)
+	}
+}
+
+// TestFsckTreeIndex: fsck reports an index cut where the format does not
+// cut (one directory would have two ids) and one whose counts do not
+// match its runs.
+func TestFsckTreeIndex(t *testing.T) {
+	ctx := context.Background()
+	wide := wideEntries(6000)
+	for _, c := range []struct {
+		name, want string
+		runs       func(tx *Tx) ([]treeRun, error)
+	}{
+		{"cut elsewhere", "non-canonical", func(tx *Tx) ([]treeRun, error) {
+			var runs []treeRun
+			for _, part := range [][]TreeEntry{wide[:10], wide[10:]} {
+				p, err := EncodeTree(&Tree{Entries: part})
+				if err != nil {
+					return nil, err
+				}
+				id, err := tx.Put(KindTree, p)
+				if err != nil {
+					return nil, err
+				}
+				runs = append(runs, treeRun{Entries: len(part), Tree: id})
+			}
+			return runs, nil
+		}},
+		{"wrong count", "the index says", func(tx *Tx) ([]treeRun, error) {
+			et, err := encodeDirectory(&Tree{Entries: wide})
+			if err != nil {
+				return nil, err
+			}
+			runs, _, err := decodeTreeIndex(et.index)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range et.runs {
+				if _, err := tx.Put(KindTree, p); err != nil {
+					return nil, err
+				}
+			}
+			runs[0].Entries--
+			runs[1].Entries++
+			return runs, nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStore(t)
+			var idx ID
+			err := s.Update(ctx, func(tx *Tx) error {
+				runs, err := c.runs(tx)
+				if err != nil {
+					return err
+				}
+				if idx, err = tx.Put(KindTreeIndex, encodeTreeIndex(runs)); err != nil {
+					return err
+				}
+				commit, err := tx.PutCommit(&Commit{Tree: idx, Message: "bad", TimeNs: 1})
+				if err != nil {
+					return err
+				}
+				return tx.SetRef("main", ZeroID, commit)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := s.Fsck(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := findProblem(rep, ProblemCorrupt, idx)
+			if p == nil || !strings.Contains(p.Detail, c.want) || !slices.Equal(p.Affected, []string{"main"}) {
+				t.Fatalf("problems = %+v; want the index %s corrupt (%s), affecting main", rep.Problems, idx.Short(), c.want)
+			}
+		})
+	}
+}
+
+// TestDecodeTreeIndex: what encodeTreeIndex does not produce for a split
+// directory is refused.
+func TestDecodeTreeIndex(t *testing.T) {
+	a, b := ID{1}, ID{2}
+	good := encodeTreeIndex([]treeRun{{3, a}, {4, b}})
+	if runs, total, err := decodeTreeIndex(good); err != nil || total != 7 || len(runs) != 2 || runs[1] != (treeRun{4, b}) {
+		t.Fatalf("good index: %v %d %v", runs, total, err)
+	}
+	for name, p := range map[string][]byte{
+		"one run":         encodeTreeIndex([]treeRun{{3, a}}),
+		"empty run":       encodeTreeIndex([]treeRun{{0, a}, {4, b}}),
+		"zero id":         encodeTreeIndex([]treeRun{{3, a}, {4, ZeroID}}),
+		"truncated":       good[:len(good)-1],
+		"trailing bytes":  append(slices.Clone(good), 0),
+		"total too big":   append([]byte{8}, good[1:]...),
+		"total too small": append([]byte{6}, good[1:]...),
+		"huge count":      {7, 0xff, 0xff, 0xff, 0x7f},
+	} {
+		if _, _, err := decodeTreeIndex(p); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+// TestEntrySize: entrySize and treeSize are the sizes EncodeTree gives.
+func TestEntrySize(t *testing.T) {
+	es := []TreeEntry{
+		{Name: "a", Type: TypeFile},
+		{Name: "b", Type: TypeSymlink, Mode: 0o7777, UID: 1 << 31, GID: 65534, MtimeNs: -1, Size: 1 << 40, Rdev: 1 << 63, Target: strings.Repeat("t", 200), LinkGroup: "g", Content: ID{9}},
+		{Name: "c", Type: TypeFile, MtimeNs: -1 << 62, Xattrs: []Xattr{{Name: "user.x", Value: make([]byte, 300)}, {Name: "user.y"}}},
+		{Name: strings.Repeat("d", 255), Type: TypeDir, MtimeNs: 1<<63 - 1},
+	}
+	for i := range es {
+		p, err := EncodeTree(&Tree{Entries: es[i : i+1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := treeSize(es[i:i+1]), len(p); got != want {
+			t.Errorf("entry %q: size %d, EncodeTree %d", es[i].Name[:1], got, want)
+		}
+	}
+	p, _ := EncodeTree(&Tree{Entries: es})
+	if treeSize(es) != len(p) {
+		t.Errorf("tree: size %d, EncodeTree %d", treeSize(es), len(p))
+	}
+}
