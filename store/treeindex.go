@@ -28,9 +28,9 @@ const (
 	// treeRunAvg, once it has treeRunMin entries, or when it reaches
 	// treeRunMaxBytes encoded (so that runs of long names or large
 	// xattrs stay small too).
-	treeRunAvg      = 512
-	treeRunMin      = 64
-	treeRunMaxBytes = 64 << 10
+	treeRunAvg      = 128
+	treeRunMin      = 16
+	treeRunMaxBytes = 16 << 10
 )
 
 // entrySize is the size of an entry as EncodeTree encodes it.
