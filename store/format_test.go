@@ -433,6 +433,27 @@ func FuzzDecodeTree(f *testing.F) {
 	})
 }
 
+func FuzzDecodeTreeIndex(f *testing.F) {
+	f.Add(encodeTreeIndex([]treeRun{{3, ID{1}}, {4, ID{2}}}))
+	f.Add([]byte{0, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		runs, total, err := decodeTreeIndex(p)
+		if err != nil {
+			return
+		}
+		sum := 0
+		for _, r := range runs {
+			sum += r.Entries
+		}
+		if len(runs) < 2 || sum != total {
+			t.Fatalf("accepted %d runs of %d entries for %d", len(runs), sum, total)
+		}
+		if q := encodeTreeIndex(runs); !bytes.Equal(p, q) {
+			t.Fatalf("non-canonical input accepted:\n in %x\nout %x", p, q)
+		}
+	})
+}
+
 func FuzzDecodeCommit(f *testing.F) {
 	b, _ := EncodeCommit(&Commit{Tree: ID{1}, Parents: []ID{{2}}, Message: "m", TimeNs: 5})
 	f.Add(b)
