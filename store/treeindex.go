@@ -156,21 +156,13 @@ type encodedTree struct {
 // encodeDirectory encodes t as one tree, or split when that tree would be
 // larger than treeSplitMin bytes.
 func encodeDirectory(t *Tree) (*encodedTree, error) {
-	if treeSize(t.Entries) <= treeSplitMin {
-		p, err := EncodeTree(t)
-		if err != nil {
-			return nil, err
-		}
-		return &encodedTree{tree: p}, nil
+	var parts [][]TreeEntry
+	if treeSize(t.Entries) > treeSplitMin {
+		parts = splitEntries(t.Entries)
 	}
-	// Checked as a whole first: order across runs, and each entry.
-	if err := checkEntries(t.Entries); err != nil {
-		return nil, err
-	}
-	parts := splitEntries(t.Entries)
 	if len(parts) < 2 {
-		// A directory this large of one run would need one entry over
-		// treeRunMaxBytes: store it whole.
+		// Small enough for one tree (or, this large, of one run, which
+		// takes an entry over treeRunMaxBytes): stored whole.
 		p, err := EncodeTree(t)
 		if err != nil {
 			return nil, err
@@ -180,6 +172,11 @@ func encodeDirectory(t *Tree) (*encodedTree, error) {
 	et := &encodedTree{runs: make([][]byte, len(parts)), runIDs: make([]ID, len(parts))}
 	index := make([]treeRun, len(parts))
 	for i, part := range parts {
+		// EncodeTree checks a run's entries; the order across runs is
+		// checked here.
+		if i > 0 && parts[i-1][len(parts[i-1])-1].Name >= part[0].Name {
+			return nil, fmt.Errorf("tree entries not sorted and unique at %q: %w", part[0].Name, ErrInvalidName)
+		}
 		p, err := EncodeTree(&Tree{Entries: part})
 		if err != nil {
 			return nil, err
@@ -189,21 +186,6 @@ func encodeDirectory(t *Tree) (*encodedTree, error) {
 	}
 	et.index = encodeTreeIndex(index)
 	return et, nil
-}
-
-// checkEntries checks a whole directory's entries as EncodeTree checks
-// one tree's.
-func checkEntries(entries []TreeEntry) error {
-	for i := range entries {
-		e := &entries[i]
-		if err := validateEntry(e); err != nil {
-			return err
-		}
-		if i > 0 && entries[i-1].Name >= e.Name {
-			return fmt.Errorf("tree entries not sorted and unique at %q: %w", e.Name, ErrInvalidName)
-		}
-	}
-	return nil
 }
 
 // joinRuns decodes the runs of an index, whose tree payloads payload

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -355,5 +356,22 @@ func TestEntrySize(t *testing.T) {
 	p, _ := EncodeTree(&Tree{Entries: es})
 	if treeSize(es) != len(p) {
 		t.Errorf("tree: size %d, EncodeTree %d", treeSize(es), len(p))
+	}
+}
+
+// TestLargeDirectoryUnsorted: a large directory's entries out of order are
+// refused, within a run and across runs.
+func TestLargeDirectoryUnsorted(t *testing.T) {
+	wide := wideEntries(6000)
+	runs := splitEntries(wide)
+	cross := slices.Clone(wide)
+	n := len(runs[0]) // the first entry of the second run
+	cross[n-1], cross[n] = cross[n], cross[n-1]
+	within := slices.Clone(wide)
+	within[1], within[2] = within[2], within[1]
+	for name, es := range map[string][]TreeEntry{"across runs": cross, "within a run": within} {
+		if _, err := encodeDirectory(&Tree{Entries: es}); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("%s: %v, want ErrInvalidName", name, err)
+		}
 	}
 }
