@@ -20,7 +20,8 @@ import (
 // commit, promote, reset, rebase and gc, and after every kill checks the store:
 // fsck is clean (so every branch points at a complete commit), every commit
 // that strata acknowledged is still there, a workspace whose commit was
-// interrupted still has its changes, and one whose reset was interrupted
+// interrupted still has its changes (as uncommitted changes, or committed
+// when the kill came after the commit landed), and one whose reset was interrupted
 // has all of them or none (the reset landed), never a part; a rebase,
 // interrupted or not, keeps them all. STRATA_CRASH_KILLS sets how many kills
 // (make test: a short run; make crash: 500).
@@ -80,6 +81,7 @@ func TestCrash(t *testing.T) {
 		for ws, ms := range pending {
 			for _, m := range ms {
 				if r := h.run("exec", ws, "--", "test", "-f", m); r.code != 0 {
+					crashDiagnose(t, h, ws, m)
 					t.Fatalf("workspace %s lost %s after an interrupted commit: %s", ws, m, r)
 				}
 			}
@@ -132,6 +134,9 @@ func TestCrash(t *testing.T) {
 		}
 		delay := time.Duration(rng.Int63n(int64(2*dur[op]) + 1))
 		r, took, wasKilled := runKilled(t, h, delay, args...)
+		// The sequence, shown when the test fails: what ran on which
+		// workspace, and whether the kill landed.
+		t.Logf("%d: %s (delay %s, took %s, killed %v, exit %d)", i, strings.Join(args, " "), delay, took.Round(time.Microsecond), wasKilled, r.code)
 		if !wasKilled {
 			dur[op] = (dur[op] + took) / 2
 			switch {
@@ -169,6 +174,13 @@ func TestCrash(t *testing.T) {
 		} else {
 			killed++
 			dur[op] += dur[op] / 8
+			if op == "commit" && h.run("show", "ws/"+ws+":"+args[len(args)-1]).code == 0 {
+				// Killed after its transaction landed: the markers are
+				// committed, no longer pending, and may go as any
+				// committed file goes (a rebase onto a main whose
+				// import deleted them once promoted).
+				pending[ws] = nil
+			}
 			if op == "reset" && len(pending[ws]) > 0 {
 				// All of the uncommitted markers, or none: a reset
 				// replaces the upper in one transaction. (A marker an
@@ -249,4 +261,29 @@ func runKilled(t testing.TB, h *home, delay time.Duration, args ...string) (resu
 		killedIt = false // it finished just before the kill
 	}
 	return r, took, killedIt
+}
+
+// crashDiagnose logs what a failed check needs to be understood: the
+// workspace's record and view, and where the marker is on disk.
+func crashDiagnose(t *testing.T, h *home, ws, marker string) {
+	t.Helper()
+	t.Logf("ws ls: %s", h.run("--json", "ws", "ls"))
+	t.Logf("view: %s", h.run("exec", ws, "--", "sh", "-c", "pwd; ls -la --time-style=full-iso"))
+	t.Logf("log: %s", h.run("log", "ws/"+ws))
+	filepath.WalkDir(h.dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && (d.Name() == marker || d.Name() == "keeper.spec" || strings.HasSuffix(d.Name(), ".json")) {
+			b, _ := os.ReadFile(p)
+			if len(b) > 4000 {
+				b = b[:4000]
+			}
+			t.Logf("on disk: %s: %q", p, b)
+		}
+		return nil
+	})
+	filepath.WalkDir(filepath.Join(h.dir, "workspaces"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.Count(strings.TrimPrefix(p, h.dir), "/") <= 3 {
+			t.Logf("dir: %s", p)
+		}
+		return nil
+	})
 }
