@@ -178,9 +178,12 @@ func (c *treeCache) loadDir(id store.ID, origin, rel string) (*edir, error) {
 		return nil, err
 	}
 	d := &edir{id: id, orig: t, origin: origin, entries: make(map[string]*store.TreeEntry, len(t.Entries)), subs: map[string]*edir{}}
-	for i := range t.Entries {
-		e := t.Entries[i] // a copy: the cached tree is shared
-		d.entries[e.Name] = &e
+	// A copy (the cached tree is shared), in one allocation: a wide
+	// directory's entries one by one are thousands of small objects, and
+	// in a fresh process each new heap page is a page fault.
+	es := slices.Clone(t.Entries)
+	for i := range es {
+		d.entries[es[i].Name] = &es[i]
 	}
 	return d, nil
 }
@@ -295,11 +298,43 @@ func (c *treeCache) countDir(d *edir, rel string, depth int) (*subInfo, error) {
 // sortedNames returns the names of d's entries in tree order (bytewise).
 func (d *edir) sortedNames() []string {
 	names := make([]string, 0, len(d.entries))
-	for n := range d.entries {
-		names = append(names, n)
+	if d.orig == nil {
+		for n := range d.entries {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return names
 	}
-	sort.Strings(names)
-	return names
+	// The tree d was loaded from is sorted: its names still present, in
+	// its order, then the added ones merged in — a wide directory with
+	// one entry changed is not sorted again.
+	for i := range d.orig.Entries {
+		if _, ok := d.entries[d.orig.Entries[i].Name]; ok {
+			names = append(names, d.orig.Entries[i].Name)
+		}
+	}
+	if len(names) == len(d.entries) {
+		return names
+	}
+	var added []string
+	for n := range d.entries {
+		if _, found := slices.BinarySearchFunc(d.orig.Entries, n, func(e store.TreeEntry, n string) int { return strings.Compare(e.Name, n) }); !found {
+			added = append(added, n)
+		}
+	}
+	sort.Strings(added)
+	out := make([]string, 0, len(d.entries))
+	i, j := 0, 0
+	for i < len(names) || j < len(added) {
+		if j == len(added) || i < len(names) && names[i] < added[j] {
+			out = append(out, names[i])
+			i++
+		} else {
+			out = append(out, added[j])
+			j++
+		}
+	}
+	return out
 }
 
 // --- paths ---------------------------------------------------------------
@@ -615,7 +650,8 @@ func (x *treeWriter) write(d *edir, rel string, depth int) (store.ID, bool, erro
 
 // retainReused retains, under the Writer's lease, every object that the
 // written trees reuse from the source trees: gc must not take them before
-// the caller's commit makes them reachable.
+// the caller's commit makes them reachable. It is the writer's last step:
+// what it retains is not recorded in own.
 func (x *treeWriter) retainReused() error {
 	ids := make([]store.ID, 0, len(x.reuse))
 	for id := range x.reuse {
@@ -631,9 +667,6 @@ func (x *treeWriter) retainReused() error {
 	for _, g := range x.under {
 		if err := x.w.(underRetainer).RetainedUnder(g.parent, g.ids); err != nil {
 			return fmt.Errorf("%q: retain reused entries: %w", g.rel, err)
-		}
-		for _, id := range g.ids {
-			x.own[id] = true
 		}
 	}
 	x.under = nil
