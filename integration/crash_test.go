@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,6 +54,10 @@ func TestCrash(t *testing.T) {
 
 	acked := map[string]string{}     // commit id -> what made it
 	pending := map[string][]string{} // workspace -> marker files written, not known committed
+	// workspace -> markers its commits took (acknowledged or killed after
+	// they landed): in its view until a rebase, which may drop one that
+	// was promoted and then deleted on main (an import).
+	committed := map[string][]string{}
 	// How long each operation takes when not killed: kills are sent at a
 	// uniform instant in [0, 2 x that), so that about half interrupt it
 	// somewhere inside and the others let it complete and be acknowledged.
@@ -78,11 +83,11 @@ func TestCrash(t *testing.T) {
 		}
 		// Every marker a workspace wrote is still in its merged view,
 		// committed or not.
-		for ws, ms := range pending {
-			for _, m := range ms {
-				if r := h.run("exec", ws, "--", "test", "-f", m); r.code != 0 {
-					crashDiagnose(t, h, ws, m)
-					t.Fatalf("workspace %s lost %s after an interrupted commit: %s", ws, m, r)
+		for _, w := range wss {
+			for _, m := range slices.Concat(pending[w], committed[w]) {
+				if r := h.run("exec", w, "--", "test", "-f", m); r.code != 0 {
+					crashDiagnose(t, h, w, m)
+					t.Fatalf("workspace %s lost %s (uncommitted %q, committed %q): %s", w, m, pending[w], committed[w], r)
 				}
 			}
 		}
@@ -137,6 +142,12 @@ func TestCrash(t *testing.T) {
 		// The sequence, shown when the test fails: what ran on which
 		// workspace, and whether the kill landed.
 		t.Logf("%d: %s (delay %s, took %s, killed %v, exit %d)", i, strings.Join(args, " "), delay, took.Round(time.Microsecond), wasKilled, r.code)
+		if op == "rebase" {
+			// Landed or not, its committed markers are from here on what
+			// the branch it rebased onto says (checked: fsck and the
+			// acknowledged commits).
+			committed[ws] = nil
+		}
 		if !wasKilled {
 			dur[op] = (dur[op] + took) / 2
 			switch {
@@ -162,6 +173,9 @@ func TestCrash(t *testing.T) {
 				case op != "gc":
 					acked[res.Commit] = op + " " + strings.Join(args, " ")
 				}
+				if op == "commit" {
+					committed[ws] = append(committed[ws], pending[ws]...)
+				}
 				if op == "commit" || op == "reset" {
 					pending[ws] = nil
 				}
@@ -176,9 +190,8 @@ func TestCrash(t *testing.T) {
 			dur[op] += dur[op] / 8
 			if op == "commit" && h.run("show", "ws/"+ws+":"+args[len(args)-1]).code == 0 {
 				// Killed after its transaction landed: the markers are
-				// committed, no longer pending, and may go as any
-				// committed file goes (a rebase onto a main whose
-				// import deleted them once promoted).
+				// committed.
+				committed[ws] = append(committed[ws], pending[ws]...)
 				pending[ws] = nil
 			}
 			if op == "reset" && len(pending[ws]) > 0 {
