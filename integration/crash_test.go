@@ -21,10 +21,11 @@ import (
 // commit, promote, reset, rebase and gc, and after every kill checks the store:
 // fsck is clean (so every branch points at a complete commit), every commit
 // that strata acknowledged is still there, a workspace whose commit was
-// interrupted still has its changes (as uncommitted changes, or committed
-// when the kill came after the commit landed), and one whose reset was interrupted
-// has all of them or none (the reset landed), never a part; a rebase,
-// interrupted or not, keeps them all. STRATA_CRASH_KILLS sets how many kills
+// interrupted still has its changes (uncommitted, or committed when the
+// kill came after the commit landed), what a workspace committed stays in
+// its view until it is rebased, and a workspace whose reset was
+// interrupted has all of its uncommitted changes or none (the reset
+// landed), never a part; a rebase, interrupted or not, keeps them all. STRATA_CRASH_KILLS sets how many kills
 // (make test: a short run; make crash: 500).
 func TestCrash(t *testing.T) {
 	kills := 40
@@ -96,7 +97,7 @@ func TestCrash(t *testing.T) {
 	maxIterations := 10*kills + 20
 	for i := 0; (killed < kills || len(acked) < floor) && i < maxIterations; i++ {
 		iterations++
-		var op string
+		var op, marker string
 		var args []string
 		ws := wss[rng.Intn(len(wss))]
 		switch rng.Intn(6) {
@@ -115,7 +116,7 @@ func TestCrash(t *testing.T) {
 			args = []string{"--json", "import", src}
 		case 1:
 			op = "commit"
-			marker := fmt.Sprintf("marker-%d", i)
+			marker = fmt.Sprintf("marker-%d", i)
 			h.ok("exec", ws, "--", "sh", "-c", fmt.Sprintf("echo %d > %s && head -c %d /dev/urandom > blob-%d", i, marker, 1000+rng.Intn(400000), i%3))
 			pending[ws] = append(pending[ws], marker)
 			args = []string{"--json", "commit", ws, "-m", marker}
@@ -188,7 +189,7 @@ func TestCrash(t *testing.T) {
 		} else {
 			killed++
 			dur[op] += dur[op] / 8
-			if op == "commit" && h.run("show", "ws/"+ws+":"+args[len(args)-1]).code == 0 {
+			if op == "commit" && h.run("show", "ws/"+ws+":"+marker).code == 0 {
 				// Killed after its transaction landed: the markers are
 				// committed.
 				committed[ws] = append(committed[ws], pending[ws]...)
@@ -283,19 +284,18 @@ func crashDiagnose(t *testing.T, h *home, ws, marker string) {
 	t.Logf("ws ls: %s", h.run("--json", "ws", "ls"))
 	t.Logf("view: %s", h.run("exec", ws, "--", "sh", "-c", "pwd; ls -la --time-style=full-iso"))
 	t.Logf("log: %s", h.run("log", "ws/"+ws))
+	// The store's files: the marker wherever it is (uppers, layers), the
+	// keeper spec and JSON files, and the workspaces' directories (their
+	// uppers, current and left over).
 	filepath.WalkDir(h.dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && (d.Name() == marker || d.Name() == "keeper.spec" || strings.HasSuffix(d.Name(), ".json")) {
-			b, _ := os.ReadFile(p)
-			if len(b) > 4000 {
-				b = b[:4000]
-			}
-			t.Logf("on disk: %s: %q", p, b)
-		}
-		return nil
-	})
-	filepath.WalkDir(filepath.Join(h.dir, "workspaces"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && strings.Count(strings.TrimPrefix(p, h.dir), "/") <= 3 {
+		rel := strings.TrimPrefix(p, h.dir)
+		switch {
+		case err != nil:
+		case d.IsDir() && strings.HasPrefix(rel, "/workspaces/") && strings.Count(rel, "/") <= 3:
 			t.Logf("dir: %s", p)
+		case d.Name() == marker || d.Name() == "keeper.spec" || strings.HasSuffix(d.Name(), ".json"):
+			b, _ := os.ReadFile(p)
+			t.Logf("on disk: %s: %q", p, b[:min(len(b), 4000)])
 		}
 		return nil
 	})

@@ -297,44 +297,48 @@ func (c *treeCache) countDir(d *edir, rel string, depth int) (*subInfo, error) {
 
 // sortedNames returns the names of d's entries in tree order (bytewise).
 func (d *edir) sortedNames() []string {
-	names := make([]string, 0, len(d.entries))
-	if d.orig == nil {
-		for n := range d.entries {
-			names = append(names, n)
+	// The names still present of the tree d was loaded from, in its
+	// (sorted) order, with the added ones merged in: a wide directory
+	// with one entry changed is not sorted again.
+	var kept, added []string
+	if d.orig != nil {
+		kept = make([]string, 0, len(d.entries))
+		for i := range d.orig.Entries {
+			if _, ok := d.entries[d.orig.Entries[i].Name]; ok {
+				kept = append(kept, d.orig.Entries[i].Name)
+			}
 		}
-		sort.Strings(names)
-		return names
-	}
-	// The tree d was loaded from is sorted: its names still present, in
-	// its order, then the added ones merged in — a wide directory with
-	// one entry changed is not sorted again.
-	for i := range d.orig.Entries {
-		if _, ok := d.entries[d.orig.Entries[i].Name]; ok {
-			names = append(names, d.orig.Entries[i].Name)
+		if len(kept) == len(d.entries) {
+			return kept
 		}
 	}
-	if len(names) == len(d.entries) {
-		return names
-	}
-	var added []string
 	for n := range d.entries {
-		if _, found := slices.BinarySearchFunc(d.orig.Entries, n, func(e store.TreeEntry, n string) int { return strings.Compare(e.Name, n) }); !found {
+		if !d.inOrig(n) {
 			added = append(added, n)
 		}
 	}
 	sort.Strings(added)
-	out := make([]string, 0, len(d.entries))
-	i, j := 0, 0
-	for i < len(names) || j < len(added) {
-		if j == len(added) || i < len(names) && names[i] < added[j] {
-			out = append(out, names[i])
-			i++
+	if len(kept) == 0 {
+		return added
+	}
+	names := make([]string, 0, len(d.entries))
+	for len(kept) > 0 && len(added) > 0 {
+		if kept[0] < added[0] {
+			names, kept = append(names, kept[0]), kept[1:]
 		} else {
-			out = append(out, added[j])
-			j++
+			names, added = append(names, added[0]), added[1:]
 		}
 	}
-	return out
+	return append(append(names, kept...), added...)
+}
+
+// inOrig reports whether the tree d was loaded from has an entry name.
+func (d *edir) inOrig(name string) bool {
+	if d.orig == nil {
+		return false
+	}
+	_, found := slices.BinarySearchFunc(d.orig.Entries, name, func(e store.TreeEntry, n string) int { return strings.Compare(e.Name, n) })
+	return found
 }
 
 // --- paths ---------------------------------------------------------------

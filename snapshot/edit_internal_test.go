@@ -39,8 +39,16 @@ func TestSortedNames(t *testing.T) {
 			want = append(want, n)
 		}
 		sort.Strings(want)
-		if got := d.sortedNames(); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		if got := d.sortedNames(); !slices.Equal(got, want) {
 			t.Errorf("remove %v add %v: %v, want %v", tc.remove, tc.add, got, want)
 		}
+	}
+	// A fresh directory: no tree to take the order from.
+	d := newFreshDir()
+	for _, n := range []string{"b", "a", "c"} {
+		d.entries[n] = &store.TreeEntry{Name: n}
+	}
+	if got := d.sortedNames(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("fresh directory: %v", got)
 	}
 }
