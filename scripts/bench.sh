@@ -32,8 +32,12 @@ tmp=$(mktemp -d /tmp/strata-bench-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 $GO build -trimpath -o "$tmp/bench" ./integration/bench
+# The floor scenario's Go floors (integration/bench/floorgo): static, as
+# the strata binaries are.
+CGO_ENABLED=0 $GO build -trimpath -o "$tmp/floor-go-hello" ./integration/bench/floorgo/hello
+CGO_ENABLED=0 $GO build -trimpath -o "$tmp/floor-go-sqlite" ./integration/bench/floorgo/sqlite
 cp bin/strata bin/strata-core bin/strata-full bin/strata-init bin/strata-mcp "$tmp/"
-chmod 755 "$tmp/bench" "$tmp/strata" "$tmp/strata-core" "$tmp/strata-full" "$tmp/strata-init" "$tmp/strata-mcp"
+chmod 755 "$tmp/floor-go-hello" "$tmp/floor-go-sqlite" "$tmp/bench" "$tmp/strata" "$tmp/strata-core" "$tmp/strata-full" "$tmp/strata-init" "$tmp/strata-mcp"
 # The images scenario runs examples/swebench (with the Python SDK beside
 # it) as the rootless user too: a copy it can read.
 mkdir -p "$tmp/src/examples" "$tmp/src/python"

@@ -14,7 +14,12 @@ import (
 // in one run: `exec -- true` into a live workspace against `unshare -Urm
 // true` and `bwrap --bind / / true`; `ws create --tmpfs` + the first
 // `exec -- true` against a C program doing the same namespace and mount
-// work (floorC); `run -- true` against spawning /bin/true.
+// work (floorC); `run -- true` against spawning /bin/true. Two Go floors
+// (floorgo/hello, floorgo/sqlite: built by scripts/bench.sh beside the
+// strata binaries) say what any Go process, and any Go process that opens
+// a SQLite file with strata's driver, costs here before its first line of
+// work: the lower bounds a Go CLI cannot go under (docs/hotpath.md,
+// part 6).
 
 // floorC is the C floor: fork; in the child unshare(USER|NS), map the
 // caller's uid and gid to 0, make the mounts private, mount a tmpfs on
@@ -100,6 +105,20 @@ func runFloor(b *Bench) error {
 		}
 		rows = append(rows, floorRow{key: "cfloor", label: "C floor: fork + unshare(USER+NS) + uid/gid map + overlay on tmpfs + exec `true` + teardown", argv: []string{bin, mnt, "/bin/true"}})
 	}
+	// The Go floors, built by scripts/bench.sh beside the strata binary.
+	bindir := filepath.Dir(b.strata)
+	hello, sqlite := filepath.Join(bindir, "floor-go-hello"), filepath.Join(bindir, "floor-go-sqlite")
+	if _, err := os.Stat(hello); err != nil {
+		b.skip("floor", "gohello", "no Go floor beside the strata binary (scripts/bench.sh builds it): "+err.Error())
+	} else {
+		rows = append(rows, floorRow{key: "gohello", label: goHelloLabel, argv: []string{hello}})
+	}
+	if _, err := os.Stat(sqlite); err != nil {
+		b.skip("floor", "gosqlite", "no Go SQLite floor beside the strata binary (scripts/bench.sh builds it): "+err.Error())
+	} else {
+		// The first run creates the file (WAL, one table), untimed below.
+		rows = append(rows, floorRow{key: "gosqlite", label: goSQLiteLabel, argv: []string{sqlite, filepath.Join(b.work, "floor.db")}})
+	}
 	// A row whose tool fails here (no user namespaces for bwrap, say) is
 	// reported as skipped, and the others go on.
 	for i := range rows {
@@ -162,6 +181,11 @@ func runFloor(b *Bench) error {
 	return nil
 }
 
+const (
+	goHelloLabel  = "Go floor: a static Go program that does nothing (floorgo/hello)"
+	goSQLiteLabel = "Go floor: a static Go program that opens a SQLite file with modernc.org/sqlite and reads a row (floorgo/sqlite)"
+)
+
 // buildFloorC compiles floorC into the pass's scratch directory.
 func (b *Bench) buildFloorC() (string, error) {
 	if !lookTool("gcc") {
@@ -194,6 +218,8 @@ func reportFloor(r *Results) []Table {
 		{"unshare", "`unshare -Urm true`", "true"},
 		{"bwrap", "`bwrap --bind / / true`", "unshare"},
 		{"cfloor", "C floor: fork + unshare(USER+NS) + uid/gid map + overlay mount on tmpfs + exec `true` + teardown", "true"},
+		{"gohello", goHelloLabel, "true"},
+		{"gosqlite", goSQLiteLabel, "true"},
 	}
 	for _, row := range rows {
 		cells := []string{row.label, nOf(r, "floor", row.key)}
@@ -220,5 +246,47 @@ func reportFloor(r *Results) []Table {
 	if len(over) > 0 {
 		t.Notes = append(t.Notes, "`run -- true` over spawning `/bin/true` (p50): "+strings.Join(over, ", "))
 	}
+	t.Notes = append(t.Notes, floorBounds(r)...)
 	return []Table{t}
+}
+
+// floorBounds are the lower bounds the Go floors put under each target
+// (p50s of one pass, added): the Go processes a Go implementation of the
+// step must start, each at least gohello, before it does any work —
+// beside what the target allows.
+//
+//   - exec: the front and, from the keeper, the command: gohello + true,
+//     against 1.3 × unshare and 2.5 ms;
+//   - ws create + first exec: create opens the store (gosqlite), the first
+//     exec starts the front and the keeper (in the new user namespace) and
+//     the command: gosqlite + 2 × gohello + true; with no store read at
+//     create and the keeper started by create off the path, still
+//     2 × gohello + true; against 2 × the C floor and 5 ms;
+//   - run, over spawning true: the CLI (which opens the store) and the
+//     helper that enters the namespaces: gosqlite + gohello, and
+//     2 × gohello with no store read; against 5 ms (issue 14) and 10 ms
+//     (issue 13);
+//   - a commit through the CLI: gosqlite, against 8 ms.
+func floorBounds(r *Results) []string {
+	var notes []string
+	for _, p := range r.Passes {
+		v := func(k string) float64 { return r.value(p, "floor", k, "p50") }
+		hello, sq, tr, un, cf := v("gohello"), v("gosqlite"), v("true"), v("unshare"), v("cfloor")
+		if hello <= 0 || sq <= 0 || tr <= 0 {
+			continue
+		}
+		ms := func(ns float64) string { return fmt.Sprintf("%.1f ms", ns/1e6) }
+		var b []string
+		if un > 0 {
+			b = append(b, fmt.Sprintf("exec ≥ gohello + true = %s = %.2f× unshare (target ≤ 1.3×, ≤ 2.5 ms)", ms(hello+tr), (hello+tr)/un))
+		}
+		if cf > 0 {
+			x, y := sq+2*hello+tr, 2*hello+tr
+			b = append(b, fmt.Sprintf("ws create + first exec ≥ gosqlite + 2 × gohello + true = %s = %.2f× the C floor, and with no store read at create and the keeper started off the path ≥ 2 × gohello + true = %s = %.2f× (target ≤ 2×, ≤ 5 ms)", ms(x), x/cf, ms(y), y/cf))
+		}
+		b = append(b, fmt.Sprintf("run over `/bin/true` ≥ gosqlite + gohello = %s, with no store read ≥ 2 × gohello = %s (targets ≤ 5 ms, issue 14; < 10 ms, issue 13)", ms(sq+hello), ms(2*hello)))
+		b = append(b, fmt.Sprintf("a commit through the CLI ≥ gosqlite = %s (target ≤ 8 ms)", ms(sq)))
+		notes = append(notes, fmt.Sprintf("Lower bounds for a Go CLI, %s (p50s added; docs/hotpath.md part 6): %s.", p, strings.Join(b, "; ")))
+	}
+	return notes
 }
