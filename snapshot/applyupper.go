@@ -195,6 +195,12 @@ type applyConfig struct {
 	margin  time.Duration // racyMargin when zero
 	workers int           // GOMAXPROCS when zero
 	now     func() int64  // time.Now().UnixNano when nil
+	// wholeDirs turns off loading large directories run by run
+	// (runs.go), so tests can compare the two.
+	wholeDirs bool
+	// counted, when set, receives the trees read and the runs of large
+	// directories loaded (tests).
+	counted func(trees, runs int)
 }
 
 // upFile is a regular file of the upper directory that becomes an entry.
@@ -267,7 +273,13 @@ func applyUpper(ctx context.Context, r objectReader, w objectWriter, ss statCach
 		touched:   map[string]bool{},
 	}
 	defer a.close()
+	if _, ok := w.(treeSplicer); ok && !cfg.wholeDirs {
+		a.tc.runs = true
+	}
 	res, err = a.run(changes)
+	if cfg.counted != nil {
+		cfg.counted(a.tc.reads, a.tc.runsLoaded)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("apply upper to %s: %w", base.Short(), err)
 	}
@@ -447,6 +459,9 @@ func (a *applyUpperState) apply(c *UpperChange) error {
 	parent, err := a.tc.resolve(a.root, dir)
 	if err != nil {
 		return fmt.Errorf("%q: parent: %w (changes do not match the base tree)", c.Path, err)
+	}
+	if err := a.tc.need(parent, name, dir); err != nil {
+		return err
 	}
 	old := parent.entries[name]
 	if c.Kind == UpperDeleted {
@@ -658,6 +673,9 @@ func (a *applyUpperState) remove(parent *edir, name, p string) error {
 
 // removeAll removes every entry of d (at p).
 func (a *applyUpperState) removeAll(d *edir, p string) error {
+	if err := a.tc.full(d, p); err != nil {
+		return err
+	}
 	for _, name := range d.sortedNames() {
 		if err := a.remove(d, name, joinRel(p, name)); err != nil {
 			return err
@@ -923,6 +941,9 @@ func (a *applyUpperState) upperGroups(cs []*UpperChange) error {
 			if err != nil {
 				a.warn(p, "a hardlink of "+first.path+" in the upper directory is not in the tree; not linked")
 				continue
+			}
+			if err := a.tc.need(d, name, dir); err != nil {
+				return err
 			}
 			e := d.entries[name]
 			if e == nil || e.Type != store.TypeFile {

@@ -25,6 +25,11 @@ type treeCache struct {
 	memo map[store.ID]*store.Tree
 	info map[store.ID]*subInfo
 	tg   treeGetter // set inside inView
+	// runs: loadDir loads a run index run by run (runs.go); ApplyUpper's
+	// cache only, with a Writer that splices.
+	runs bool
+	// runsLoaded counts the runs loadRun loaded.
+	runsLoaded int
 	// reads counts the trees read from the store (not from memo).
 	reads int
 }
@@ -157,8 +162,12 @@ type edir struct {
 	// origin is the path, in the tree the entries came from, of this
 	// directory; fresh directories have none. It lets the link-group
 	// walk skip subtrees that cannot hold a group's member.
-	origin  string
-	fresh   bool
+	origin string
+	fresh  bool
+	// part is set while d is a large directory loaded run by run
+	// (runs.go): entries then holds only the loaded runs' entries, and a
+	// name is looked up after treeCache.need.
+	part    *partDir
 	entries map[string]*store.TreeEntry
 	subs    map[string]*edir
 	// origins overrides the origin of child directories that come from
@@ -173,6 +182,9 @@ func newFreshDir() *edir {
 
 // loadDir makes an editable copy of the tree id, found at origin.
 func (c *treeCache) loadDir(id store.ID, origin, rel string) (*edir, error) {
+	if d, err := c.loadParts(id, origin, rel); d != nil || err != nil {
+		return d, err
+	}
 	t, err := c.get(id, rel)
 	if err != nil {
 		return nil, err
@@ -221,6 +233,9 @@ func (c *treeCache) sub(d *edir, name, rel string) (*edir, error) {
 	if s, ok := d.subs[name]; ok {
 		return s, nil
 	}
+	if err := c.need(d, name, dirOf(rel)); err != nil {
+		return nil, err
+	}
 	e := d.entries[name]
 	if e == nil || e.Type != store.TypeDir {
 		return nil, fmt.Errorf("%q: not a directory", rel)
@@ -245,6 +260,9 @@ func (c *treeCache) resolve(root *edir, p string) (*edir, error) {
 	}
 	rel := ""
 	for _, name := range strings.Split(p, "/") {
+		if err := c.need(d, name, rel); err != nil {
+			return nil, err
+		}
 		rel = joinRel(rel, name)
 		e := d.entries[name]
 		if e == nil || e.Type != store.TypeDir {
@@ -264,6 +282,9 @@ var errNotDir = fmt.Errorf("not a directory in the tree: %w", store.ErrNotFound)
 func (c *treeCache) countDir(d *edir, rel string, depth int) (*subInfo, error) {
 	if len(d.subs) == 0 && !d.dirty && !d.fresh {
 		return c.count(d.id, rel, depth)
+	}
+	if err := c.full(d, rel); err != nil {
+		return nil, err
 	}
 	if depth > maxDepth {
 		return nil, fmt.Errorf("%q: trees nested deeper than %d: %w", rel, maxDepth, store.ErrCorrupt)
@@ -297,6 +318,9 @@ func (c *treeCache) countDir(d *edir, rel string, depth int) (*subInfo, error) {
 
 // sortedNames returns the names of d's entries in tree order (bytewise).
 func (d *edir) sortedNames() []string {
+	if d.part != nil {
+		panic("snapshot: sortedNames of a directory loaded run by run (treeCache.full first)")
+	}
 	// The names still present of the tree d was loaded from, in its
 	// (sorted) order, with the added ones merged in: a wide directory
 	// with one entry changed is not sorted again.
@@ -437,6 +461,9 @@ func (c *treeCache) canonGroups(root *edir, touched map[string]bool, exclude fun
 		if err := c.ctx.Err(); err != nil {
 			return err
 		}
+		if err := c.full(d, rel); err != nil {
+			return err
+		}
 		for _, name := range d.sortedNames() {
 			e := d.entries[name]
 			p := joinRel(rel, name)
@@ -470,6 +497,9 @@ func (c *treeCache) canonGroups(root *edir, touched map[string]bool, exclude fun
 		dir, name := splitRel(p)
 		d, err := c.resolve(root, dir)
 		if err != nil {
+			return err
+		}
+		if err := c.need(d, name, dir); err != nil {
 			return err
 		}
 		e := d.entries[name]
@@ -515,6 +545,9 @@ func (c *treeCache) sameInode(root *edir, ps []string) bool {
 		dir, name := splitRel(p)
 		d, err := c.resolve(root, dir)
 		if err != nil {
+			return false
+		}
+		if c.need(d, name, dir) != nil {
 			return false
 		}
 		e := d.entries[name]
@@ -608,6 +641,9 @@ func (x *treeWriter) write(d *edir, rel string, depth int) (store.ID, bool, erro
 	}
 	if !changed {
 		return d.id, false, nil
+	}
+	if d.part != nil {
+		return x.writeParts(d, rel)
 	}
 	names := d.sortedNames()
 	t := &store.Tree{Entries: make([]store.TreeEntry, 0, len(names))}
