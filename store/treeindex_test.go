@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -439,5 +442,133 @@ func TestLargeDirectoryUnsorted(t *testing.T) {
 		if _, err := encodeDirectory(&Tree{Entries: es}); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("%s: %v, want ErrInvalidName", name, err)
 		}
+	}
+}
+
+// TestTreeIndexStillRead: a store written before run indexes holds tree
+// indexes (kind 5); they read whole, pass fsck, stay under gc, and serve
+// as PutTreeLike's prev: a new version shares their runs and is a run
+// index, and the same directory written again is a run index too — its
+// second id, which costs only that directory's dedupe across the change.
+func TestTreeIndexStillRead(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	wide := wideEntries(6000)
+	var old, c1 ID
+	err := s.Update(ctx, func(tx *Tx) (err error) {
+		old = putTreeIndex(t, tx, wide)
+		if c1, err = tx.PutCommit(&Commit{Tree: old, Message: "v3", TimeNs: 1}); err != nil {
+			return err
+		}
+		return tx.SetRef("main", ZeroID, c1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := kindOf(t, s, old); k != KindTreeIndex {
+		t.Fatalf("setup: a %v", k)
+	}
+	if got := readDir(t, s, old); !reflect.DeepEqual(got, wide) {
+		t.Fatal("a tree index does not read back")
+	}
+	mustFsckOK(t, s)
+
+	edited := slices.Clone(wide)
+	edited[3000].MtimeNs++
+	v2, _, st := putDir(t, s, "main", c1, edited, old, true)
+	if want, kind := putID(t, edited); v2 != want || kind != KindRunIndex {
+		t.Fatalf("PutTreeLike over a tree index: %s, want PutTree's %s (a %v)", v2.Short(), want.Short(), kind)
+	}
+	if st.NewObjects != 2 {
+		t.Errorf("the edit stored %d objects, want 2 (one run and the run index)", st.NewObjects)
+	}
+	same, _, st := putDir(t, s, "same", ZeroID, wide, old, true)
+	if same == old || kindOf(t, s, same) != KindRunIndex || st.NewObjects != 1 {
+		t.Errorf("the same directory again: %s (%v), %d new objects; want a run index over the same runs (1 object)", same.Short(), kindOf(t, s, same), st.NewObjects)
+	}
+	if got := readDir(t, s, v2); !reflect.DeepEqual(got, edited) {
+		t.Fatal("the edit does not read back")
+	}
+	if r := gc(t, s, GCOptions{}); r.Removed != 0 {
+		t.Fatalf("gc removed %d objects of live directories", r.Removed)
+	}
+	mustFsckOK(t, s)
+}
+
+// TestMigrateToRunIndexes: a store of schema version 3 (which may hold
+// tree indexes, kind 5) opens read-only only after an upgrade, and a
+// read-write open migrates it to version 4 — the version that may hold
+// run indexes (kind 6), which a strata of version 3 refuses — and reads
+// its tree indexes as before.
+func TestMigrateToRunIndexes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := wideEntries(6000)
+	var old ID
+	err = s.Update(ctx, func(tx *Tx) error {
+		old = putTreeIndex(t, tx, wide)
+		c, err := tx.PutCommit(&Commit{Tree: old, Message: "v3", TimeNs: 1})
+		if err != nil {
+			return err
+		}
+		return tx.SetRef("main", ZeroID, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec("PRAGMA user_version = 3"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("read-only open of a version-3 store: %v, want ErrReadOnly (needs an upgrade)", err)
+	}
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v int
+	if err := s.db.QueryRow("PRAGMA user_version").Scan(&v); err != nil || v != 4 || SchemaVersion() != 4 {
+		t.Fatalf("after the migration: version %d (%v), binary %d; want 4", v, err, SchemaVersion())
+	}
+	if got := readDir(t, s, old); !reflect.DeepEqual(got, wide) {
+		t.Fatal("the tree index does not read back after the migration")
+	}
+	dirID, _, _ := putDir(t, s, "new", ZeroID, wide, ZeroID, false)
+	if k := kindOf(t, s, dirID); k != KindRunIndex {
+		t.Fatalf("a large directory written after the migration is a %v", k)
+	}
+	mustFsckOK(t, s)
+}
+
+// TestCutAfter: the cut rule is FNV-1a 64 of the name modulo treeRunAvg
+// (docs/store.md), which the inlined hash must keep: it decides every
+// split directory's id.
+func TestCutAfter(t *testing.T) {
+	g := &spliceGen{rng: rand.New(rand.NewPCG(7, 7))}
+	cuts := 0
+	for i := range 20000 {
+		name := g.name()
+		if i%3 == 0 {
+			name = string(randBytes(uint64(i), 1+i%40))
+		}
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		want := h.Sum64()%treeRunAvg == 0
+		if cutAfter(name) != want {
+			t.Fatalf("cutAfter(%q) = %t, FNV-1a says %t", name, !want, want)
+		}
+		if want {
+			cuts++
+		}
+	}
+	if cuts < 20000/treeRunAvg/2 {
+		t.Errorf("%d cuts in 20000 names", cuts)
 	}
 }
