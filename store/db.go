@@ -446,7 +446,12 @@ func (s *Store) ReadOnly() bool { return s.ro }
 // migrations is the ordered list of schema changes; migration i takes the
 // schema from version i to i+1 (PRAGMA user_version). Append only: never
 // edit a migration that has shipped.
-var migrations = [][]string{schemaV1, schemaV2, schemaV3}
+var migrations = [][]string{schemaV1, schemaV2, schemaV3, schemaV4}
+
+// schemaV4: a store that may hold run indexes (kind 6, treeindex.go),
+// the form large directories are written in from this version on. No
+// table changes, as schemaV3.
+var schemaV4 = []string{}
 
 // schemaV3: large directories stored as tree indexes (kind 5,
 // treeindex.go). No table changes: the version keeps a strata that does

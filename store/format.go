@@ -24,6 +24,7 @@ const (
 	treeFormat   = 1
 	commitFormat = 1
 	indexFormat  = 1
+	runsFormat   = 1
 )
 
 // headers are hashed in front of the payload: id = sha256(header || payload).
@@ -33,13 +34,17 @@ var headers = [...][]byte{
 	KindTree:      fmt.Appendf(nil, "strata tree %d\x00", treeFormat),
 	KindCommit:    fmt.Appendf(nil, "strata commit %d\x00", commitFormat),
 	KindTreeIndex: fmt.Appendf(nil, "strata tree index %d\x00", indexFormat),
+	KindRunIndex:  fmt.Appendf(nil, "strata run index %d\x00", runsFormat),
 }
 
-func validKind(k Kind) bool { return k >= KindChunk && k <= KindTreeIndex }
+func validKind(k Kind) bool { return k >= KindChunk && k <= KindRunIndex }
 
 // isDir reports whether an object of kind k is a directory: a tree, or the
-// index of a large one.
-func isDir(k Kind) bool { return k == KindTree || k == KindTreeIndex }
+// index of a large one (either form).
+func isDir(k Kind) bool { return k == KindTree || isIndex(k) }
+
+// isIndex reports whether an object of kind k is a large directory's index.
+func isIndex(k Kind) bool { return k == KindTreeIndex || k == KindRunIndex }
 
 var hasherPool = sync.Pool{New: func() any { return sha256.New() }}
 
@@ -534,16 +539,12 @@ func refsOf(k Kind, p []byte) ([]ID, error) {
 			return nil, err
 		}
 		return append([]ID{c.Tree}, c.Parents...), nil
-	case KindTreeIndex:
-		runs, _, err := decodeTreeIndex(p)
+	case KindTreeIndex, KindRunIndex:
+		ix, err := decodeIndex(k, p)
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]ID, len(runs))
-		for i, r := range runs {
-			ids[i] = r.Tree
-		}
-		return ids, nil
+		return ix.trees(), nil
 	}
 	return nil, fmt.Errorf("unknown object kind %d", k)
 }

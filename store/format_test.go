@@ -454,6 +454,31 @@ func FuzzDecodeTreeIndex(f *testing.F) {
 	})
 }
 
+func FuzzDecodeRunIndex(f *testing.F) {
+	f.Add(encodeRunIndex([]TreeRun{{"a", 500, 40000, ID{1}}, {"b", 600, 40000, ID{2}}}))
+	f.Add([]byte{0, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		runs, total, err := decodeRunIndex(p)
+		if err != nil {
+			return
+		}
+		sum, size := 0, uvarintLen(uint64(total))
+		for i, r := range runs {
+			sum += r.Entries
+			size += r.Size
+			if ValidateName(r.First) != nil || (i > 0 && r.First <= runs[i-1].First) || r.Entries < 1 || r.Tree.IsZero() {
+				t.Fatalf("accepted run %d: %+v", i, r)
+			}
+		}
+		if len(runs) < 2 || sum != total || size <= treeSplitMin {
+			t.Fatalf("accepted %d runs of %d entries for %d, %d bytes", len(runs), sum, total, size)
+		}
+		if q := encodeRunIndex(runs); !bytes.Equal(p, q) {
+			t.Fatalf("non-canonical input accepted:\n in %x\nout %x", p, q)
+		}
+	})
+}
+
 func FuzzDecodeCommit(f *testing.F) {
 	b, _ := EncodeCommit(&Commit{Tree: ID{1}, Parents: []ID{{2}}, Message: "m", TimeNs: 5})
 	f.Add(b)
@@ -492,7 +517,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(uint8(KindChunk), int64(codec), int64(len(payload)), data, payload)
 	f.Add(uint8(KindTree), int64(codecNone), int64(1), []byte{0}, []byte{0})
 	f.Fuzz(func(t *testing.T, kind uint8, codec, size int64, data, idSource []byte) {
-		k := Kind(kind%5 + 1) // includes an invalid kind
+		k := Kind(kind%7 + 1) // includes an invalid kind
 		var id ID
 		if validKind(k) {
 			id = HashObject(k, idSource)
@@ -538,6 +563,8 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	tree, _ := EncodeTree(sortedEntries(sampleTree()))
 	write("FuzzDecodeTree", "sample", tree)
 	write("FuzzDecodeTree", "empty", []byte{0})
+	write("FuzzDecodeRunIndex", "sample", encodeRunIndex([]TreeRun{{"a", 500, 40000, ID{1}}, {"b", 600, 40000, ID{2}}}))
+	write("FuzzDecodeRunIndex", "firsts-unsorted", encodeRunIndex([]TreeRun{{"b", 500, 40000, ID{1}}, {"a", 600, 40000, ID{2}}}))
 	write("FuzzDecodeTree", "unsorted", rawTree(encodeRawEntry(nil, "b", 1, 0), encodeRawEntry(nil, "a", 1, 0)))
 	commit, _ := EncodeCommit(&Commit{Tree: ID{1}, Parents: []ID{{2}, {3}}, Message: "m", TimeNs: -5, Source: "/src",
 		Stats: CommitStats{Files: 3, Dirs: 1, Bytes: 1 << 33}})

@@ -291,22 +291,21 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 			}
 			return refKinds{KindCommit}
 		}
-	case KindTreeIndex:
-		runs, _, err := decodeTreeIndex(p)
+	case KindTreeIndex, KindRunIndex:
+		ix, err := decodeIndex(Kind(kind), p)
 		if err != nil {
 			f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: err.Error()})
 			return
 		}
-		for _, r := range runs {
-			refs = append(refs, r.Tree)
-		}
+		refs = ix.trees()
 		want = func(int) refKinds { return refKinds{KindTree} }
-		// Split where the format splits: one directory, one id. (Runs
-		// that cannot be read are reported as missing or corrupt below
-		// and on their own.)
+		// Split where the format splits: one directory, one id. Tx.Tree
+		// checks each run against the index (count; first name and size
+		// in a run index). Runs that cannot be read are reported as
+		// missing or corrupt below and on their own.
 		if t, err := tx.Tree(id); err == nil {
-			if err := canonicalIndex(t, runs); err != nil {
-				f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: "tree index: " + err.Error()})
+			if err := canonicalIndex(t, ix, p); err != nil {
+				f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: Kind(kind).String() + ": " + err.Error()})
 			}
 		} else if !errors.Is(err, ErrNotFound) {
 			f.problem(Problem{Object: id, Kind: ProblemCorrupt, Detail: err.Error()})
@@ -330,7 +329,7 @@ func (f *fsckState) verifyObject(tx *Tx, id ID) {
 type refKinds []Kind
 
 // dirKinds are a directory's: a tree or a large directory's index.
-var dirKinds = refKinds{KindTree, KindTreeIndex}
+var dirKinds = refKinds{KindTree, KindRunIndex, KindTreeIndex}
 
 type fsckRoot struct {
 	name string // branch name, or "workspace:NAME"

@@ -132,7 +132,7 @@ func (tx *Tx) getKind(id ID, want Kind) ([]byte, error) {
 }
 
 // Tree reads and decodes a directory: a tree, or a large directory's
-// index and the trees it lists, joined.
+// index (either form) and the trees it lists, joined.
 func (tx *Tx) Tree(id ID) (*Tree, error) {
 	k, p, err := tx.Get(id)
 	if err != nil {
@@ -145,27 +145,64 @@ func (tx *Tx) Tree(id ID) (*Tree, error) {
 			return nil, fmt.Errorf("tree %s: %v: %w", id.Short(), err, ErrCorrupt)
 		}
 		return t, nil
-	case KindTreeIndex:
-		runs, total, err := decodeTreeIndex(p)
+	case KindTreeIndex, KindRunIndex:
+		ix, err := decodeIndex(k, p)
 		if err != nil {
-			return nil, fmt.Errorf("tree index %s: %v: %w", id.Short(), err, ErrCorrupt)
+			return nil, fmt.Errorf("%v %s: %v: %w", k, id.Short(), err, ErrCorrupt)
 		}
-		got, err := tx.runPayloads(runs)
+		got, err := tx.runPayloads(ix.runs)
 		if err != nil {
 			return nil, err
 		}
-		t, err := joinRuns(runs, total, func(run ID) ([]byte, error) {
+		t, err := joinRuns(ix, func(run ID) ([]byte, error) {
 			if p, ok := got[run]; ok {
 				return p, nil
 			}
 			return tx.getKind(run, KindTree) // not in the table: says why
 		})
 		if err != nil {
-			return nil, fmt.Errorf("tree index %s: %w", id.Short(), err)
+			return nil, fmt.Errorf("%v %s: %w", k, id.Short(), err)
 		}
 		return t, nil
 	}
 	return nil, fmt.Errorf("object %s is a %v, not a tree: %w", id.Short(), k, ErrNotFound)
+}
+
+// TreeRuns returns the runs of the directory id when it is stored as a
+// run index (kind 6), and true; nil, false, nil when it is a tree or a
+// kind-5 index; ErrNotFound when missing, ErrCorrupt when it does not
+// decode. An editor reads only the runs it needs (Tx.Tree of a run's
+// Tree, checked with TreeRun.Check) and stores the result with
+// Writer.PutTreeSplice.
+func (tx *Tx) TreeRuns(id ID) ([]TreeRun, bool, error) {
+	// The kind first: a tree's payload is not read twice when the
+	// caller goes on to Tx.Tree.
+	k, err := tx.kindOf(id)
+	var p []byte
+	if errors.Is(err, ErrNotFound) {
+		// Perhaps a scratch Writer's object (scratch.go), which Get finds.
+		k, p, err = tx.Get(id)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	switch k {
+	case KindTree, KindTreeIndex:
+		return nil, false, nil
+	case KindRunIndex:
+	default:
+		return nil, false, fmt.Errorf("object %s is a %v, not a tree: %w", id.Short(), k, ErrNotFound)
+	}
+	if p == nil {
+		if p, err = tx.getKind(id, KindRunIndex); err != nil {
+			return nil, false, err
+		}
+	}
+	runs, _, err := decodeRunIndex(p)
+	if err != nil {
+		return nil, false, fmt.Errorf("run index %s: %v: %w", id.Short(), err, ErrCorrupt)
+	}
+	return runs, true, nil
 }
 
 // runBatch is how many runs of a split directory one query reads.
@@ -177,7 +214,7 @@ var qGetRuns = `SELECT id, kind, codec, size, data FROM objects WHERE id IN (?` 
 // runPayloads reads the runs of a split directory, runBatch at a time
 // (one query each instead of one per run), and returns the payloads of
 // those that are trees, verified.
-func (tx *Tx) runPayloads(runs []treeRun) (map[ID][]byte, error) {
+func (tx *Tx) runPayloads(runs []TreeRun) (map[ID][]byte, error) {
 	got := make(map[ID][]byte, len(runs))
 	args := make([]any, runBatch)
 	for start := 0; start < len(runs); start += runBatch {
@@ -242,8 +279,8 @@ func (tx *Tx) FileNode(id ID) (*FileNode, error) {
 	return n, nil
 }
 
-// PutTree encodes and stores a directory (as an index over several trees
-// when large: treeindex.go) and returns its id. Entries must be sorted by
+// PutTree encodes and stores a directory (as a run index over several
+// trees when large: treeindex.go) and returns its id. Entries must be sorted by
 // name and unique. Update only.
 func (tx *Tx) PutTree(t *Tree) (ID, error) {
 	et, err := encodeDirectory(t)
@@ -258,7 +295,7 @@ func (tx *Tx) PutTree(t *Tree) (ID, error) {
 			return ZeroID, err
 		}
 	}
-	return tx.Put(KindTreeIndex, et.index)
+	return tx.Put(KindRunIndex, et.index)
 }
 
 // PutCommit encodes and stores a commit. Its tree and parents must exist.

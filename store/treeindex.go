@@ -1,22 +1,31 @@
 package store
 
-// Large directories (docs/store.md, "Large directories"). A directory
-// whose tree would encode to more than treeSplitMin bytes is stored as a
-// tree index: the ordered list of the ordinary trees (KindTree) that hold
-// its entries, each a run of consecutive entries cut where a hash of an
-// entry's name says so. Editing one entry of a 4,000-entry directory then
+// Large directories (docs/store.md, "run index"). A directory whose tree
+// would encode to more than treeSplitMin bytes is stored as a run index
+// (KindRunIndex): the ordered list of the ordinary trees (KindTree) that
+// hold its entries, each a run of consecutive entries cut where a hash of
+// an entry's name says so, with each run's first name and encoded size. Editing one entry of a 4,000-entry directory then
 // stores one run of about a hundred entries and a small index, instead
 // of the whole listing again (about 150 KiB, and the time to compress
 // and write it, at every commit). The cuts depend on the names alone, so
 // one directory content has one encoding and one id, and a change moves
 // only the cuts next to it.
 //
-// Readers never see the split: Tx.Tree returns the whole directory.
+// Readers never see the split: Tx.Tree returns the whole directory. An
+// editor may (Tx.TreeRuns): the first names say which run holds a name,
+// so it reads and rewrites that run alone (Writer.PutTreeSplice), and the
+// sizes say whether the edited directory is still large enough to split
+// without reading the others.
+//
+// The first form, KindTreeIndex, named only each run's tree and entry
+// count. It is still read everywhere and never written: its runs are cut
+// by the same rule, so a directory it holds is the same runs under a
+// run index.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"math/bits"
 )
 
@@ -57,24 +66,48 @@ func treeSize(entries []TreeEntry) int {
 	return n
 }
 
-// cutAfter reports whether a run ends after the entry named name.
+// cutAfter reports whether a run ends after the entry named name: the
+// FNV-1a 64 hash of the name is 0 modulo treeRunAvg. (hash/fnv's, inlined:
+// its interface value and the name's copy cost an allocation an entry.)
 func cutAfter(name string) bool {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return h.Sum64()%treeRunAvg == 0
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= prime64
+	}
+	return h%treeRunAvg == 0
+}
+
+// runCutter decides where runs end in a directory's entries fed to it in
+// order. Its state is the open run's entry count and encoded size, both
+// zero at a run's start: so the cuts after a cut depend only on the
+// entries that follow it, which is what lets PutTreeSplice re-cut from
+// one run's start.
+type runCutter struct{ n, bytes int }
+
+// add adds an entry (its name and encoded size) to the open run and
+// reports whether the run ends after it, as the package comment says.
+func (c *runCutter) add(name string, size int) bool {
+	c.n++
+	c.bytes += size
+	if (c.n >= treeRunMin && cutAfter(name)) || c.bytes >= treeRunMaxBytes {
+		*c = runCutter{}
+		return true
+	}
+	return false
 }
 
 // splitEntries returns the runs of a directory's entries (sorted, as a
 // tree's are), cut as the package comment says.
 func splitEntries(entries []TreeEntry) [][]TreeEntry {
 	var runs [][]TreeEntry
-	start, bytes := 0, 0
+	var c runCutter
+	start := 0
 	for i := range entries {
-		bytes += entrySize(&entries[i])
-		n := i + 1 - start
-		if (n >= treeRunMin && cutAfter(entries[i].Name)) || bytes >= treeRunMaxBytes {
+		if c.add(entries[i].Name, entrySize(&entries[i])) {
 			runs = append(runs, entries[start:i+1])
-			start, bytes = i+1, 0
+			start = i + 1
 		}
 	}
 	if start < len(entries) {
@@ -83,34 +116,143 @@ func splitEntries(entries []TreeEntry) [][]TreeEntry {
 	return runs
 }
 
-// treeRun is one run of a tree index: how many entries it holds, and the
-// tree holding them.
-type treeRun struct {
-	Entries int
-	Tree    ID
+// TreeRun is one run of a run index (kind 6).
+type TreeRun struct {
+	First   string // the run's first entry's name
+	Entries int    // its entry count
+	Size    int    // Σ of its entries' encoded sizes
+	Tree    ID     // the tree (kind 3) holding them
 }
 
-// encodeTreeIndex encodes an index: the total entry count, the run count,
-// then each run's entry count and tree id.
-func encodeTreeIndex(runs []treeRun) []byte {
-	total := 0
+// Check reports (ErrCorrupt) whether t, read from r.Tree, is the run r
+// describes: same first name, entry count and size.
+func (r TreeRun) Check(t *Tree) error {
+	if len(t.Entries) != r.Entries {
+		return fmt.Errorf("run %s holds %d entries, its index says %d: %w", r.Tree.Short(), len(t.Entries), r.Entries, ErrCorrupt)
+	}
+	if len(t.Entries) > 0 && t.Entries[0].Name != r.First {
+		return fmt.Errorf("run %s starts at %q, its index says %q: %w", r.Tree.Short(), t.Entries[0].Name, r.First, ErrCorrupt)
+	}
+	size := 0
+	for i := range t.Entries {
+		size += entrySize(&t.Entries[i])
+	}
+	if size != r.Size {
+		return fmt.Errorf("run %s encodes to %d bytes of entries, its index says %d: %w", r.Tree.Short(), size, r.Size, ErrCorrupt)
+	}
+	return nil
+}
+
+// encodeRun encodes one run (sorted, non-empty entries) as a tree and
+// returns its payload and its TreeRun.
+func encodeRun(entries []TreeEntry) ([]byte, TreeRun, error) {
+	p, err := EncodeTree(&Tree{Entries: entries})
+	if err != nil {
+		return nil, TreeRun{}, err
+	}
+	// A tree is its count and its entries: the entries' size without
+	// adding them up again.
+	return p, TreeRun{
+		First:   entries[0].Name,
+		Entries: len(entries),
+		Size:    len(p) - uvarintLen(uint64(len(entries))),
+		Tree:    HashObject(KindTree, p),
+	}, nil
+}
+
+// minRunBytes is the smallest encoded run of a run index: a one-byte
+// first name with its length, one-byte entries and size, and the id.
+const minRunBytes = 2 + 1 + 1 + 32
+
+// encodeRunIndex encodes a run index: the total entry count, the run
+// count, then each run's first name, entry count, size and tree id.
+func encodeRunIndex(runs []TreeRun) []byte {
+	total, n := 0, 20
 	for _, r := range runs {
 		total += r.Entries
+		n += len(r.First) + 16 + len(r.Tree)
 	}
-	b := make([]byte, 0, 20+len(runs)*(4+32))
+	b := make([]byte, 0, n)
 	b = binary.AppendUvarint(b, uint64(total))
 	b = binary.AppendUvarint(b, uint64(len(runs)))
 	for _, r := range runs {
+		b = appendBytes(b, r.First)
 		b = binary.AppendUvarint(b, uint64(r.Entries))
+		b = binary.AppendUvarint(b, uint64(r.Size))
 		b = append(b, r.Tree[:]...)
 	}
 	return b
 }
 
-// decodeTreeIndex decodes an index, rejecting what encodeTreeIndex would
-// not produce for a split directory: fewer than two runs, an empty run,
-// counts that do not add up. (That the cuts are where splitEntries puts
-// them is fsck's to check: it needs every run's entries.)
+// decodeRunIndex decodes a run index, rejecting what encodeDirectory
+// would not produce: fewer than two runs, first names invalid or not
+// increasing, an empty run, counts that do not add up, a size too small
+// for its run's entries or too large for one tree, a directory small
+// enough for one tree, a zero id. (That the cuts are where splitEntries
+// puts them, and that the firsts and sizes are the runs', is for Tx.Tree
+// and fsck to check: it needs the runs.)
+func decodeRunIndex(p []byte) ([]TreeRun, int, error) {
+	r := reader{b: p}
+	total := r.uvarint()
+	n := r.count(minRunBytes)
+	if r.err == nil && n < 2 {
+		r.fail("%d runs: a split directory has at least 2", n)
+	}
+	runs := make([]TreeRun, 0, n)
+	var sum, size uint64
+	for i := 0; i < n && r.err == nil; i++ {
+		first := r.str()
+		c := r.uvarint()
+		sz := r.uvarint()
+		id := r.id()
+		// The smallest entries a run of c entries starting at first can
+		// have: first's, then one-byte names.
+		least := uint64(entrySize(&TreeEntry{Name: first}))
+		other := uint64(entrySize(&TreeEntry{Name: "x"}))
+		switch {
+		case r.err != nil:
+		case ValidateName(first) != nil:
+			r.fail("run %d: first name: %v", i, ValidateName(first))
+		case i > 0 && first <= runs[i-1].First:
+			r.fail("run %d starts at %q, not after run %d's %q", i, first, i-1, runs[i-1].First)
+		case c == 0:
+			r.fail("run %d is empty", i)
+		case c > total-sum:
+			r.fail("run %d: %d entries, over the index's %d", i, c, total)
+		case sz < least || (sz-least)/other < c-1:
+			r.fail("run %d: %d bytes cannot hold %d entries", i, sz, c)
+		case sz > maxObjectSize-uint64(uvarintLen(c)):
+			r.fail("run %d: %d bytes, over one tree's limit", i, sz)
+		case id.IsZero():
+			r.fail("run %d: zero tree id", i)
+		}
+		sum += c
+		size += sz
+		runs = append(runs, TreeRun{First: first, Entries: int(c), Size: int(sz), Tree: id})
+	}
+	if r.err == nil && sum != total {
+		r.fail("runs hold %d entries, the index says %d", sum, total)
+	}
+	if r.err == nil && uint64(uvarintLen(total))+size <= treeSplitMin {
+		r.fail("a directory of %d bytes is split: up to %d it is one tree", uint64(uvarintLen(total))+size, treeSplitMin)
+	}
+	if err := r.end(); err != nil {
+		return nil, 0, fmt.Errorf("decode run index: %w", err)
+	}
+	return runs, int(total), nil
+}
+
+// treeRun is one run of a tree index (kind 5, no longer written): how
+// many entries it holds, and the tree holding them.
+type treeRun struct {
+	Entries int
+	Tree    ID
+}
+
+// decodeTreeIndex decodes a tree index (kind 5), rejecting what its
+// encoder would not have produced for a split directory: fewer than two
+// runs, an empty run or one with more entries than a tree can hold,
+// counts that do not add up.
 func decodeTreeIndex(p []byte) ([]treeRun, int, error) {
 	r := reader{b: p}
 	total := r.uvarint()
@@ -129,6 +271,8 @@ func decodeTreeIndex(p []byte) ([]treeRun, int, error) {
 			r.fail("run %d is empty", i)
 		case c > total-sum:
 			r.fail("run %d: %d entries, over the index's %d", i, c, total)
+		case c > maxObjectSize/minEntrySize:
+			r.fail("run %d: %d entries, more than a tree can hold", i, c)
 		case id.IsZero():
 			r.fail("run %d: zero tree id", i)
 		}
@@ -144,13 +288,54 @@ func decodeTreeIndex(p []byte) ([]treeRun, int, error) {
 	return runs, int(total), nil
 }
 
+// dirIndex is a large directory's index of either kind, decoded.
+type dirIndex struct {
+	kind  Kind // KindTreeIndex or KindRunIndex
+	total int
+	runs  []TreeRun // First and Size only for a run index
+}
+
+// decodeIndex decodes the payload of an index of kind k.
+func decodeIndex(k Kind, p []byte) (*dirIndex, error) {
+	ix := &dirIndex{kind: k}
+	switch k {
+	case KindRunIndex:
+		runs, total, err := decodeRunIndex(p)
+		if err != nil {
+			return nil, err
+		}
+		ix.runs, ix.total = runs, total
+	case KindTreeIndex:
+		old, total, err := decodeTreeIndex(p)
+		if err != nil {
+			return nil, err
+		}
+		ix.runs, ix.total = make([]TreeRun, len(old)), total
+		for i, r := range old {
+			ix.runs[i] = TreeRun{Entries: r.Entries, Tree: r.Tree}
+		}
+	default:
+		return nil, fmt.Errorf("a %v is not a directory index", k)
+	}
+	return ix, nil
+}
+
+// trees returns the ids of the index's runs.
+func (ix *dirIndex) trees() []ID {
+	ids := make([]ID, len(ix.runs))
+	for i, r := range ix.runs {
+		ids[i] = r.Tree
+	}
+	return ids
+}
+
 // encodedTree is a directory ready to store: one tree payload, or the
-// payloads of its runs and the index over them.
+// payloads of its runs and the run index over them.
 type encodedTree struct {
-	tree   []byte   // the whole directory, when not split
-	runs   [][]byte // the runs' tree payloads, when split
-	runIDs []ID     // their ids
-	index  []byte   // the index payload, when split
+	tree  []byte    // the whole directory, when not split
+	runs  [][]byte  // the runs' tree payloads, when split
+	info  []TreeRun // the runs as the index names them
+	index []byte    // the run index payload, when split
 }
 
 // encodeDirectory encodes t as one tree, or split when that tree would be
@@ -169,31 +354,33 @@ func encodeDirectory(t *Tree) (*encodedTree, error) {
 		}
 		return &encodedTree{tree: p}, nil
 	}
-	et := &encodedTree{runs: make([][]byte, len(parts)), runIDs: make([]ID, len(parts))}
-	index := make([]treeRun, len(parts))
+	et := &encodedTree{runs: make([][]byte, len(parts)), info: make([]TreeRun, len(parts))}
 	for i, part := range parts {
 		// EncodeTree checks a run's entries; the order across runs is
 		// checked here.
 		if i > 0 && parts[i-1][len(parts[i-1])-1].Name >= part[0].Name {
 			return nil, fmt.Errorf("tree entries not sorted and unique at %q: %w", part[0].Name, ErrInvalidName)
 		}
-		p, err := EncodeTree(&Tree{Entries: part})
-		if err != nil {
+		var err error
+		if et.runs[i], et.info[i], err = encodeRun(part); err != nil {
 			return nil, err
 		}
-		et.runs[i], et.runIDs[i] = p, HashObject(KindTree, p)
-		index[i] = treeRun{Entries: len(part), Tree: et.runIDs[i]}
 	}
-	et.index = encodeTreeIndex(index)
+	et.index = encodeRunIndex(et.info)
 	return et, nil
 }
 
-// joinRuns decodes the runs of an index, whose tree payloads payload
-// reads, into the directory, checking that each run holds the entries the
-// index says and that names stay sorted across runs.
-func joinRuns(runs []treeRun, total int, payload func(ID) ([]byte, error)) (*Tree, error) {
-	entries := make([]TreeEntry, 0, total)
-	for i, r := range runs {
+// maxJoinPrealloc bounds the entries joinRuns allocates up front: an
+// index's total is only a claim until its runs are read.
+const maxJoinPrealloc = 1 << 16
+
+// joinRuns decodes the runs of the index ix, whose tree payloads payload
+// reads, into the directory, checking that each run holds what the index
+// says — its entry count, and for a run index its first name and size —
+// and that names stay sorted across runs.
+func joinRuns(ix *dirIndex, payload func(ID) ([]byte, error)) (*Tree, error) {
+	entries := make([]TreeEntry, 0, min(ix.total, maxJoinPrealloc))
+	for i, r := range ix.runs {
 		p, err := payload(r.Tree)
 		if err != nil {
 			return nil, fmt.Errorf("run %d: %w", i, err)
@@ -206,6 +393,16 @@ func joinRuns(runs []treeRun, total int, payload func(ID) ([]byte, error)) (*Tre
 		if n != r.Entries {
 			return nil, fmt.Errorf("run %d (%s) holds %d entries, the index says %d: %w", i, r.Tree.Short(), n, r.Entries, ErrCorrupt)
 		}
+		if ix.kind == KindRunIndex {
+			// n ≥ 1: the decoder refuses empty runs.
+			if first := entries[before].Name; first != r.First {
+				return nil, fmt.Errorf("run %d (%s) starts at %q, the index says %q: %w", i, r.Tree.Short(), first, r.First, ErrCorrupt)
+			}
+			// appendTree read exactly p: the entries are p but its count.
+			if size := len(p) - uvarintLen(uint64(n)); size != r.Size {
+				return nil, fmt.Errorf("run %d (%s) holds %d bytes of entries, the index says %d: %w", i, r.Tree.Short(), size, r.Size, ErrCorrupt)
+			}
+		}
 		if before > 0 && n > 0 && entries[before-1].Name >= entries[before].Name {
 			return nil, fmt.Errorf("run %d starts at %q, not after %q: %w", i, entries[before].Name, entries[before-1].Name, ErrCorrupt)
 		}
@@ -213,27 +410,30 @@ func joinRuns(runs []treeRun, total int, payload func(ID) ([]byte, error)) (*Tre
 	return &Tree{Entries: entries}, nil
 }
 
-// canonicalIndex reports whether the directory t, read through an index
-// with runs, is split where encodeDirectory splits it (fsck).
-func canonicalIndex(t *Tree, runs []treeRun) error {
+// canonicalIndex reports whether the directory t, read through the index
+// ix (payload p), is split where encodeDirectory splits it (fsck). A tree
+// index (kind 5) passes when its runs are those a run index would name;
+// a run index must be the very index encodeDirectory writes.
+func canonicalIndex(t *Tree, ix *dirIndex, p []byte) error {
 	et, err := encodeDirectory(t)
 	if err != nil {
 		return err
 	}
+	runs := ix.runs
 	if et.index == nil {
 		return fmt.Errorf("a directory of %d entries small enough for one tree is split in %d: %w", len(t.Entries), len(runs), errNonCanonical)
 	}
-	want, _, err := decodeTreeIndex(et.index)
-	if err != nil {
-		return err
-	}
+	want := et.info
 	if len(want) != len(runs) {
 		return fmt.Errorf("split in %d runs where the format cuts %d: %w", len(runs), len(want), errNonCanonical)
 	}
 	for i := range want {
-		if want[i] != runs[i] {
+		if want[i].Tree != runs[i].Tree || want[i].Entries != runs[i].Entries {
 			return fmt.Errorf("run %d is %s (%d entries) where the format cuts %s (%d): %w", i, runs[i].Tree.Short(), runs[i].Entries, want[i].Tree.Short(), want[i].Entries, errNonCanonical)
 		}
+	}
+	if ix.kind == KindRunIndex && !bytes.Equal(et.index, p) {
+		return fmt.Errorf("the index's first names or sizes are not its runs': %w", errNonCanonical)
 	}
 	return nil
 }

@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -90,8 +94,8 @@ func TestLargeDirectory(t *testing.T) {
 		t.Fatalf("setup: %d bytes is not over the split size", treeSize(wide))
 	}
 	dir, _, _ := putDir(t, s, "main", ZeroID, wide, ZeroID, false)
-	if k := kindOf(t, s, dir); k != KindTreeIndex {
-		t.Fatalf("a directory of %d bytes is a %v, want a tree index", treeSize(wide), k)
+	if k := kindOf(t, s, dir); k != KindRunIndex {
+		t.Fatalf("a directory of %d bytes is a %v, want a run index", treeSize(wide), k)
 	}
 	if got := readDir(t, s, dir); !equalEntries(got, wide) {
 		t.Fatalf("read back %d entries, not the %d written", len(got), len(wide))
@@ -104,12 +108,13 @@ func TestLargeDirectory(t *testing.T) {
 	if viaTx != dir {
 		t.Errorf("Tx.PutTree gave %s, Writer.PutTree %s", viaTx.Short(), dir.Short())
 	}
-	// Its runs are ordinary trees within the run limits.
-	var runs []treeRun
+	// Its runs are ordinary trees within the run limits, whose first
+	// names and sizes the index names.
+	var runs []TreeRun
 	s.View(ctx, func(tx *Tx) error {
 		_, p, err := tx.Get(dir)
 		if err == nil {
-			runs, _, err = decodeTreeIndex(p)
+			runs, _, err = decodeRunIndex(p)
 		}
 		return err
 	})
@@ -120,6 +125,9 @@ func TestLargeDirectory(t *testing.T) {
 		es := readDir(t, s, r.Tree)
 		if kindOf(t, s, r.Tree) != KindTree || len(es) != r.Entries || treeSize(es) > treeRunMaxBytes+entrySize(&es[len(es)-1]) {
 			t.Errorf("run %d: %d entries, %d bytes", i, len(es), treeSize(es))
+		}
+		if err := r.Check(&Tree{Entries: es}); err != nil || r.Size != treeSize(es)-uvarintLen(uint64(len(es))) {
+			t.Errorf("run %d: %v", i, err)
 		}
 	}
 
@@ -172,7 +180,11 @@ func TestSplitEntriesLocal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return et.runIDs
+		var ids []ID
+		for _, r := range et.info {
+			ids = append(ids, r.Tree)
+		}
+		return ids
 	}
 	diff := func(a, b []ID) int {
 		n := 0
@@ -236,37 +248,32 @@ func TestLargeDirectoryGC(t *testing.T) {
 	}
 }
 
-// TestFsckTreeIndex: fsck reports an index cut where the format does not
-// cut (one directory would have two ids) and one whose counts do not
-// match its runs.
+// TestFsckTreeIndex: fsck reports an index, of either form, cut where the
+// format does not cut (one directory would have two ids), one whose counts
+// do not match its runs, and a run index whose first names or sizes are
+// not its runs'.
 func TestFsckTreeIndex(t *testing.T) {
 	ctx := context.Background()
 	wide := wideEntries(6000)
-	for _, c := range []struct {
-		name, want string
-		runs       func(tx *Tx) ([]treeRun, error)
-	}{
-		{"cut elsewhere", "non-canonical", func(tx *Tx) ([]treeRun, error) {
-			var runs []treeRun
-			for _, part := range [][]TreeEntry{wide[:10], wide[10:]} {
-				p, err := EncodeTree(&Tree{Entries: part})
-				if err != nil {
-					return nil, err
-				}
-				id, err := tx.Put(KindTree, p)
-				if err != nil {
-					return nil, err
-				}
-				runs = append(runs, treeRun{Entries: len(part), Tree: id})
-			}
-			return runs, nil
-		}},
-		{"wrong count", "the index says", func(tx *Tx) ([]treeRun, error) {
-			et, err := encodeDirectory(&Tree{Entries: wide})
+	// mis-cut stores wide cut after its tenth entry.
+	miscut := func(tx *Tx) ([]TreeRun, error) {
+		var runs []TreeRun
+		for _, part := range [][]TreeEntry{wide[:10], wide[10:]} {
+			p, r, err := encodeRun(part)
 			if err != nil {
 				return nil, err
 			}
-			runs, _, err := decodeTreeIndex(et.index)
+			if _, err := tx.Put(KindTree, p); err != nil {
+				return nil, err
+			}
+			runs = append(runs, r)
+		}
+		return runs, nil
+	}
+	// canonical stores wide's runs, for the case to spoil.
+	canonical := func(spoil func([]TreeRun)) func(tx *Tx) ([]TreeRun, error) {
+		return func(tx *Tx) ([]TreeRun, error) {
+			et, err := encodeDirectory(&Tree{Entries: wide})
 			if err != nil {
 				return nil, err
 			}
@@ -275,12 +282,24 @@ func TestFsckTreeIndex(t *testing.T) {
 					return nil, err
 				}
 			}
-			runs[0].Entries--
-			runs[1].Entries++
+			runs := slices.Clone(et.info)
+			spoil(runs)
 			return runs, nil
-		}},
+		}
+	}
+	for _, c := range []struct {
+		name, want string
+		kind       Kind
+		runs       func(tx *Tx) ([]TreeRun, error)
+	}{
+		{"cut elsewhere", "non-canonical", KindTreeIndex, miscut},
+		{"cut elsewhere", "non-canonical", KindRunIndex, miscut},
+		{"wrong count", "the index says", KindTreeIndex, canonical(func(r []TreeRun) { r[0].Entries--; r[1].Entries++ })},
+		{"wrong count", "the index says", KindRunIndex, canonical(func(r []TreeRun) { r[0].Entries--; r[1].Entries++ })},
+		{"wrong first", `the index says "file-000000.txtx"`, KindRunIndex, canonical(func(r []TreeRun) { r[1].First = r[0].First + "x" })},
+		{"wrong size", "bytes of entries, the index says", KindRunIndex, canonical(func(r []TreeRun) { r[1].Size++ })},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.kind.String()+"/"+c.name, func(t *testing.T) {
 			s := newStore(t)
 			var idx ID
 			err := s.Update(ctx, func(tx *Tx) error {
@@ -288,7 +307,11 @@ func TestFsckTreeIndex(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if idx, err = tx.Put(KindTreeIndex, encodeTreeIndex(runs)); err != nil {
+				p := encodeRunIndex(runs)
+				if c.kind == KindTreeIndex {
+					p = encodeTreeIndex(oldRuns(runs))
+				}
+				if idx, err = tx.Put(c.kind, p); err != nil {
 					return err
 				}
 				commit, err := tx.PutCommit(&Commit{Tree: idx, Message: "bad", TimeNs: 1})
@@ -310,6 +333,52 @@ func TestFsckTreeIndex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// encodeTreeIndex encodes a tree index (kind 5) as strata wrote them up
+// to schema version 3: the total entry count, the run count, then each
+// run's entry count and tree id. Tests build stores that hold them.
+func encodeTreeIndex(runs []treeRun) []byte {
+	total := 0
+	for _, r := range runs {
+		total += r.Entries
+	}
+	b := binary.AppendUvarint(nil, uint64(total))
+	b = binary.AppendUvarint(b, uint64(len(runs)))
+	for _, r := range runs {
+		b = binary.AppendUvarint(b, uint64(r.Entries))
+		b = append(b, r.Tree[:]...)
+	}
+	return b
+}
+
+// oldRuns returns runs as a tree index names them.
+func oldRuns(runs []TreeRun) []treeRun {
+	old := make([]treeRun, len(runs))
+	for i, r := range runs {
+		old[i] = treeRun{Entries: r.Entries, Tree: r.Tree}
+	}
+	return old
+}
+
+// putTreeIndex stores a large directory as a tree index (kind 5), the way
+// strata stored it up to schema version 3, in tx.
+func putTreeIndex(tb testing.TB, tx *Tx, entries []TreeEntry) ID {
+	tb.Helper()
+	et, err := encodeDirectory(&Tree{Entries: entries})
+	if err != nil || et.index == nil {
+		tb.Fatalf("encode %d entries: split %t, %v", len(entries), et != nil && et.index != nil, err)
+	}
+	for _, p := range et.runs {
+		if _, err := tx.Put(KindTree, p); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	id, err := tx.Put(KindTreeIndex, encodeTreeIndex(oldRuns(et.info)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id
 }
 
 // TestDecodeTreeIndex: what encodeTreeIndex does not produce for a split
@@ -373,5 +442,133 @@ func TestLargeDirectoryUnsorted(t *testing.T) {
 		if _, err := encodeDirectory(&Tree{Entries: es}); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("%s: %v, want ErrInvalidName", name, err)
 		}
+	}
+}
+
+// TestTreeIndexStillRead: a store written before run indexes holds tree
+// indexes (kind 5); they read whole, pass fsck, stay under gc, and serve
+// as PutTreeLike's prev: a new version shares their runs and is a run
+// index, and the same directory written again is a run index too — its
+// second id, which costs only that directory's dedupe across the change.
+func TestTreeIndexStillRead(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	wide := wideEntries(6000)
+	var old, c1 ID
+	err := s.Update(ctx, func(tx *Tx) (err error) {
+		old = putTreeIndex(t, tx, wide)
+		if c1, err = tx.PutCommit(&Commit{Tree: old, Message: "v3", TimeNs: 1}); err != nil {
+			return err
+		}
+		return tx.SetRef("main", ZeroID, c1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := kindOf(t, s, old); k != KindTreeIndex {
+		t.Fatalf("setup: a %v", k)
+	}
+	if got := readDir(t, s, old); !reflect.DeepEqual(got, wide) {
+		t.Fatal("a tree index does not read back")
+	}
+	mustFsckOK(t, s)
+
+	edited := slices.Clone(wide)
+	edited[3000].MtimeNs++
+	v2, _, st := putDir(t, s, "main", c1, edited, old, true)
+	if want, kind := putID(t, edited); v2 != want || kind != KindRunIndex {
+		t.Fatalf("PutTreeLike over a tree index: %s, want PutTree's %s (a %v)", v2.Short(), want.Short(), kind)
+	}
+	if st.NewObjects != 2 {
+		t.Errorf("the edit stored %d objects, want 2 (one run and the run index)", st.NewObjects)
+	}
+	same, _, st := putDir(t, s, "same", ZeroID, wide, old, true)
+	if same == old || kindOf(t, s, same) != KindRunIndex || st.NewObjects != 1 {
+		t.Errorf("the same directory again: %s (%v), %d new objects; want a run index over the same runs (1 object)", same.Short(), kindOf(t, s, same), st.NewObjects)
+	}
+	if got := readDir(t, s, v2); !reflect.DeepEqual(got, edited) {
+		t.Fatal("the edit does not read back")
+	}
+	if r := gc(t, s, GCOptions{}); r.Removed != 0 {
+		t.Fatalf("gc removed %d objects of live directories", r.Removed)
+	}
+	mustFsckOK(t, s)
+}
+
+// TestMigrateToRunIndexes: a store of schema version 3 (which may hold
+// tree indexes, kind 5) opens read-only only after an upgrade, and a
+// read-write open migrates it to version 4 — the version that may hold
+// run indexes (kind 6), which a strata of version 3 refuses — and reads
+// its tree indexes as before.
+func TestMigrateToRunIndexes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := wideEntries(6000)
+	var old ID
+	err = s.Update(ctx, func(tx *Tx) error {
+		old = putTreeIndex(t, tx, wide)
+		c, err := tx.PutCommit(&Commit{Tree: old, Message: "v3", TimeNs: 1})
+		if err != nil {
+			return err
+		}
+		return tx.SetRef("main", ZeroID, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec("PRAGMA user_version = 3"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("read-only open of a version-3 store: %v, want ErrReadOnly (needs an upgrade)", err)
+	}
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v int
+	if err := s.db.QueryRow("PRAGMA user_version").Scan(&v); err != nil || v != 4 || SchemaVersion() != 4 {
+		t.Fatalf("after the migration: version %d (%v), binary %d; want 4", v, err, SchemaVersion())
+	}
+	if got := readDir(t, s, old); !reflect.DeepEqual(got, wide) {
+		t.Fatal("the tree index does not read back after the migration")
+	}
+	dirID, _, _ := putDir(t, s, "new", ZeroID, wide, ZeroID, false)
+	if k := kindOf(t, s, dirID); k != KindRunIndex {
+		t.Fatalf("a large directory written after the migration is a %v", k)
+	}
+	mustFsckOK(t, s)
+}
+
+// TestCutAfter: the cut rule is FNV-1a 64 of the name modulo treeRunAvg
+// (docs/store.md), which the inlined hash must keep: it decides every
+// split directory's id.
+func TestCutAfter(t *testing.T) {
+	g := &spliceGen{rng: rand.New(rand.NewPCG(7, 7))}
+	cuts := 0
+	for i := range 20000 {
+		name := g.name()
+		if i%3 == 0 {
+			name = string(randBytes(uint64(i), 1+i%40))
+		}
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		want := h.Sum64()%treeRunAvg == 0
+		if cutAfter(name) != want {
+			t.Fatalf("cutAfter(%q) = %t, FNV-1a says %t", name, !want, want)
+		}
+		if want {
+			cuts++
+		}
+	}
+	if cuts < 20000/treeRunAvg/2 {
+		t.Errorf("%d cuts in 20000 names", cuts)
 	}
 }

@@ -72,7 +72,15 @@ const (
 	// KindTreeIndex is a directory too large for one tree: the ordered
 	// list of the trees holding its entries (treeindex.go). Anything that
 	// references a directory may reference one; Tx.Tree reads it whole.
+	// Read everywhere, no longer written: KindRunIndex replaced it.
 	KindTreeIndex Kind = 5
+	// KindRunIndex is a directory too large for one tree, as written
+	// since schema version 4: KindTreeIndex's list of runs with each
+	// run's first name and encoded size too (TreeRun), so that an editor
+	// reads only the run it edits (Tx.TreeRuns, Writer.PutTreeSplice).
+	// Anything that references a directory may reference one; Tx.Tree
+	// reads it whole.
+	KindRunIndex Kind = 6
 )
 
 func (k Kind) String() string {
@@ -87,6 +95,8 @@ func (k Kind) String() string {
 		return "commit"
 	case KindTreeIndex:
 		return "tree index"
+	case KindRunIndex:
+		return "run index"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -213,6 +223,10 @@ var (
 	// ErrCorrupt: an object failed verification or decoding.
 	ErrCorrupt     = errors.New("corrupt object")
 	ErrInvalidName = errors.New("invalid name")
+	// ErrInvalidArgument: a call the API's contract rules out, other than
+	// a bad name (a splice of edits that do not fit the directory's
+	// runs). It is the caller's bug, not damage; nothing was written.
+	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrReadOnly: the store cannot be written (read-only filesystem or
 	// permissions).
 	ErrReadOnly = errors.New("store is read-only")

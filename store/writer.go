@@ -69,8 +69,10 @@ type Writer struct {
 	repair   map[ID]struct{}
 	repaired []ID
 	external map[ID]struct{} // referenced by trees put here and not known when they were
-	// runsUnder maps the runs a split directory shares with its previous
-	// version to that version (PutTreeLike), which covers them.
+	// runsUnder maps ids a split directory's previous version covers to
+	// that version: the runs the new version shares with it
+	// (PutTreeLike, PutTreeSplice), and the entries of its runs that
+	// PutTreeSplice re-cut without the caller having seen them.
 	runsUnder  map[ID]ID
 	batch      []pendingObject
 	batchBytes int
@@ -557,8 +559,9 @@ func (w *Writer) checkExternal(tx *Tx) error {
 			continue // checked below
 		}
 		if under, ok := w.runsUnder[id]; ok {
-			// A run of a directory's previous version: present while
-			// that directory is, which is known or checked below.
+			// Under a directory's previous version (one of its runs,
+			// or an entry of one): present while that directory is,
+			// which is known or checked below.
 			_, known := w.known[under]
 			_, assumed := w.assumed[under]
 			if known || assumed {
@@ -790,16 +793,16 @@ func (w *Writer) retainBatch(batch []*retainReq) {
 
 // --- content -----------------------------------------------------------------
 
-// PutTree encodes and buffers a directory (a tree, or the index and runs
-// of a large one: treeindex.go). Its entries' content should have been
+// PutTree encodes and buffers a directory (a tree, or the run index and
+// runs of a large one: treeindex.go). Its entries' content should have been
 // written or retained by this Writer: anything else it references must
 // still be in the store when Finish runs, which checks and fails with
 // ErrNotFound otherwise.
 func (w *Writer) PutTree(t *Tree) (ID, error) { return w.PutTreeLike(t, ZeroID) }
 
 // PutTreeLike is PutTree for a new version of the directory prev (ZeroID:
-// none). When both are split, the runs the new version shares with prev
-// are neither stored nor checked again: prev references them, so when
+// none). When both are split (prev as either form of index), the runs the
+// new version shares with prev are neither stored nor checked again: prev references them, so when
 // prev is retained or reused by this Writer (as the directory a commit
 // rewrites is), it covers them as RetainedUnder's parent covers its ids.
 // A one-entry change of a 4,000-entry directory then stores one run and
@@ -826,7 +829,7 @@ func (w *Writer) PutTreeLike(t *Tree, prev ID) (ID, error) {
 	}
 	shared := w.runsOf(prev)
 	for i, p := range et.runs {
-		id := et.runIDs[i]
+		id := et.info[i].Tree
 		if shared[id] {
 			w.mu.Lock()
 			if _, ok := w.known[id]; !ok {
@@ -839,7 +842,7 @@ func (w *Writer) PutTreeLike(t *Tree, prev ID) (ID, error) {
 			return ZeroID, err
 		}
 	}
-	return w.put(KindTreeIndex, et.index, true)
+	return w.put(KindRunIndex, et.index, true)
 }
 
 // addExternal records id as referenced and not written by this Writer,
@@ -858,22 +861,23 @@ func (w *Writer) addExternal(id, under ID) {
 	}
 }
 
-// runsOf returns the runs of the split directory id, or nil when it is
-// not one (or cannot be read: its runs are then stored as new).
+// runsOf returns the runs of the split directory id (either form of
+// index), or nil when it is not one (or cannot be read: its runs are
+// then stored as new).
 func (w *Writer) runsOf(id ID) map[ID]bool {
 	if id.IsZero() {
 		return nil
 	}
 	k, p, err := w.s.getObject(w.ctx, id)
-	if err != nil || k != KindTreeIndex {
+	if err != nil || !isIndex(k) {
 		return nil
 	}
-	runs, _, err := decodeTreeIndex(p)
+	ix, err := decodeIndex(k, p)
 	if err != nil {
 		return nil
 	}
-	m := make(map[ID]bool, len(runs))
-	for _, r := range runs {
+	m := make(map[ID]bool, len(ix.runs))
+	for _, r := range ix.runs {
 		m[r.Tree] = true
 	}
 	return m
