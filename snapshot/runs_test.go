@@ -110,12 +110,22 @@ func TestApplyUpperRuns(t *testing.T) {
 	rng := rand.New(rand.NewPCG(14, 7))
 	base, baseStats, files := runsBase(t, s, rng, 3000)
 	var sawRuns bool
+	var firsts, lasts []string // each run's first and last name
 	err = s.View(ctx, func(tx *store.Tx) error {
 		r, err := tx.Tree(base)
 		if err != nil {
 			return err
 		}
-		_, sawRuns, err = tx.TreeRuns(r.Entries[1].Content)
+		var runs []store.TreeRun
+		runs, sawRuns, err = tx.TreeRuns(r.Entries[1].Content)
+		for _, run := range runs {
+			t, err := tx.Tree(run.Tree)
+			if err != nil {
+				return err
+			}
+			firsts = append(firsts, t.Entries[0].Name)
+			lasts = append(lasts, t.Entries[len(t.Entries)-1].Name)
+		}
 		return err
 	})
 	if err != nil {
@@ -145,7 +155,24 @@ func TestApplyUpperRuns(t *testing.T) {
 		return res, w
 	}
 
-	for round := range 60 {
+	isFile := map[string]bool{}
+	for _, f := range files {
+		isFile[f] = true
+	}
+	// edge returns a file name at a run's edge (first or last), "" when
+	// the run chosen has none there.
+	edge := func(last bool) string {
+		i := rng.IntN(len(firsts))
+		n := firsts[i]
+		if last {
+			n = lasts[i]
+		}
+		if !isFile[n] {
+			return ""
+		}
+		return n
+	}
+	for round := range 80 {
 		upper := t.TempDir()
 		must(t, os.MkdirAll(filepath.Join(upper, "wide"), 0o755))
 		used := map[string]bool{}
@@ -176,7 +203,7 @@ func TestApplyUpperRuns(t *testing.T) {
 			ops = 1 // one modified file: the case the runs are for
 		}
 		for i := range ops {
-			op := rng.IntN(9)
+			op := rng.IntN(13)
 			if round == 0 {
 				op = 0
 			}
@@ -224,6 +251,26 @@ func TestApplyUpperRuns(t *testing.T) {
 			case 8: // break the hardlink pair
 				if !used["wide/h1"] {
 					add("wide/h1", UpperModified, text(i), false)
+				}
+			case 9, 10: // modify the first or the last name of a run
+				if n := edge(op == 10); n != "" && !used["wide/"+n] {
+					add("wide/"+n, UpperModified, text(i), false)
+				}
+			case 11: // remove a run's last name: its cut moves on
+				if n := edge(true); n != "" && !used["wide/"+n] {
+					add("wide/"+n, UpperDeleted, nil, false)
+				}
+			case 12: // add a name just before a run's first: the run before takes it
+				n := edge(false)
+				if n == "" {
+					break
+				}
+				c := n[len(n)-1] - 1
+				if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+					break
+				}
+				if p := "wide/" + n[:len(n)-1] + string(c) + "~"; !used[p] && !isFile[p[len("wide/"):]] {
+					add(p, UpperAdded, text(i), false)
 				}
 			}
 		}
