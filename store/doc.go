@@ -4,9 +4,11 @@
 //
 // Terms, used with these meanings throughout the package:
 //
-//   - object: an immutable record, one of four kinds: chunk (raw bytes),
+//   - object: an immutable record, one of these kinds: chunk (raw bytes),
 //     file (a FileNode: a node of a large file's chunk tree), tree (a
-//     directory listing) and commit. An object's ID is the SHA-256 of a
+//     directory listing), commit, and the index of a directory too large
+//     for one tree (run index; tree index in stores written before schema
+//     version 4), which lists the trees holding its runs of entries. An object's ID is the SHA-256 of a
 //     header naming its kind and format version followed by its canonical
 //     encoding (format.go, docs/store.md). Objects are verified by hash
 //     whenever they are read; one that fails is ErrCorrupt.

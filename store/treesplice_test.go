@@ -798,3 +798,80 @@ func TestPutTreeSpliceSplitEdge(t *testing.T) {
 		w.Abort()
 	}
 }
+
+// BenchmarkWideDirEdit: the store's part of a one-entry edit of a
+// 4,000-entry directory (the bench's wide directory: names f00000…, each
+// file's content stored), read and written back the two ways an editor
+// can: the whole directory (Tx.Tree, then PutTreeLike) or the run holding
+// the entry (Tx.TreeRuns and Tx.Tree of that run, then PutTreeSplice).
+// The Writer is aborted, not finished: the durable transaction is the
+// same for both.
+func BenchmarkWideDirEdit(b *testing.B) {
+	ctx := context.Background()
+	s := newStore(b)
+	w, err := s.NewWriter(ctx, "wide")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var es []TreeEntry
+	for i := range 4000 {
+		name := fmt.Sprintf("f%05d", i)
+		c := fmt.Sprintf("wide/%s: line %d\n", name, i)
+		id, err := w.WriteBytes([]byte(c))
+		if err != nil {
+			b.Fatal(err)
+		}
+		es = append(es, TreeEntry{Name: name, Type: TypeFile, Mode: 0o644, Size: int64(len(c)), MtimeNs: 1, Content: id})
+	}
+	dir, err := w.PutTree(&Tree{Entries: es})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Finish(nil); err != nil {
+		b.Fatal(err)
+	}
+	edit := func(e *TreeEntry, i int) { e.MtimeNs = int64(i) + 2 }
+	b.Run("whole", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			var t *Tree
+			if err := s.View(ctx, func(tx *Tx) (err error) { t, err = tx.Tree(dir); return err }); err != nil {
+				b.Fatal(err)
+			}
+			edit(&t.Entries[2000], i)
+			w, _ := s.NewWriter(ctx, "edit")
+			if _, err := w.PutTreeLike(t, dir); err != nil {
+				b.Fatal(err)
+			}
+			w.Abort()
+		}
+	})
+	b.Run("splice", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			var run []TreeEntry
+			var r int
+			err := s.View(ctx, func(tx *Tx) error {
+				runs, _, err := tx.TreeRuns(dir)
+				if err != nil {
+					return err
+				}
+				r = runOf(runs, "f02000")
+				t, err := tx.Tree(runs[r].Tree)
+				if err == nil {
+					err = runs[r].Check(t)
+				}
+				run = t.Entries
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			k, _ := slices.BinarySearchFunc(run, "f02000", func(e TreeEntry, n string) int { return strings.Compare(e.Name, n) })
+			edit(&run[k], i)
+			w, _ := s.NewWriter(ctx, "edit")
+			if _, err := w.PutTreeSplice(dir, []RunEdit{{Run: r, Entries: run}}); err != nil {
+				b.Fatal(err)
+			}
+			w.Abort()
+		}
+	})
+}
