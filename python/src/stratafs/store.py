@@ -17,8 +17,8 @@ __all__ = ["Store", "Workspace", "Result", "RunResult", "Job", "JobResult", "SUP
 #: Store schema versions this SDK knows (``strata version --json``'s
 #: ``schema``). A store's schema is checked by the binary itself; the SDK
 #: refuses a binary whose schema it has not been tested with (3: large
-#: directories as tree indexes, nothing the SDK reads).
-SUPPORTED_SCHEMA = range(1, 4)
+#: directories as tree indexes; 4: as run indexes — nothing the SDK reads).
+SUPPORTED_SCHEMA = range(1, 5)
 #: Keeper protocol versions this SDK has been tested with.
 SUPPORTED_PROTOCOL = range(5, 8)
 
