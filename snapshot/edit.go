@@ -645,34 +645,14 @@ func (x *treeWriter) write(d *edir, rel string, depth int) (store.ID, bool, erro
 	if d.part != nil {
 		return x.writeParts(d, rel)
 	}
-	names := d.sortedNames()
-	t := &store.Tree{Entries: make([]store.TreeEntry, 0, len(names))}
 	// Entries still as in d's previous tree are reused through it.
 	var orig []store.TreeEntry
-	if _, ok := x.w.(underRetainer); ok && d.orig != nil && !d.fresh && !d.id.IsZero() {
+	if d.orig != nil && !d.fresh && !d.id.IsZero() {
 		orig = d.orig.Entries
 	}
-	var under []store.ID
-	for _, name := range names { // sorted, as a tree's entries are
-		e := d.entries[name]
-		for len(orig) > 0 && orig[0].Name < name {
-			orig = orig[1:]
-		}
-		if !e.Content.IsZero() && !x.own[e.Content] {
-			if len(orig) > 0 && orig[0].Name == name && orig[0].Content == e.Content {
-				under = append(under, e.Content)
-			} else if _, ok := x.reuse[e.Content]; !ok {
-				x.reuse[e.Content] = joinRel(rel, name)
-			}
-		}
-		t.Entries = append(t.Entries, *e)
-	}
-	if len(under) > 0 {
-		x.under = append(x.under, underGroup{parent: d.id, rel: rel, ids: under})
-		if _, ok := x.reuse[d.id]; !ok && !x.own[d.id] {
-			x.reuse[d.id] = rel
-		}
-	}
+	es, under := x.entries(d, d.sortedNames(), orig, rel)
+	t := &store.Tree{Entries: es}
+	x.underPrev(d, rel, under, false)
 	var id store.ID
 	var err error
 	if tl, ok := x.w.(treeLiker); ok && !d.fresh && !d.id.IsZero() {
@@ -686,6 +666,49 @@ func (x *treeWriter) write(d *edir, rel string, depth int) (store.ID, bool, erro
 	x.own[id] = true
 	x.trees++
 	return id, id != d.id || d.fresh, nil
+}
+
+// entries returns the entries of d named by names (sorted, as a tree's
+// are), and the contents among them unchanged from orig (the sorted
+// entries of the tree they came from, d's previous version or one of its
+// runs): those are retained through that version (underPrev), when the
+// Writer can. Every other content they reuse is noted in x.reuse.
+func (x *treeWriter) entries(d *edir, names []string, orig []store.TreeEntry, rel string) ([]store.TreeEntry, []store.ID) {
+	if _, ok := x.w.(underRetainer); !ok {
+		orig = nil
+	}
+	es := make([]store.TreeEntry, len(names))
+	var under []store.ID
+	for j, name := range names {
+		e := d.entries[name]
+		es[j] = *e
+		for len(orig) > 0 && orig[0].Name < name {
+			orig = orig[1:]
+		}
+		if e.Content.IsZero() || x.own[e.Content] {
+			continue
+		}
+		if len(orig) > 0 && orig[0].Name == name && orig[0].Content == e.Content {
+			under = append(under, e.Content)
+		} else if _, ok := x.reuse[e.Content]; !ok {
+			x.reuse[e.Content] = joinRel(rel, name)
+		}
+	}
+	return es, under
+}
+
+// underPrev records that the rewritten directory d (at rel) reuses under
+// through its previous version, which is then retained too — also with
+// no such entries when always is set (a splice keeps runs of it).
+func (x *treeWriter) underPrev(d *edir, rel string, under []store.ID, always bool) {
+	if len(under) > 0 {
+		x.under = append(x.under, underGroup{parent: d.id, rel: rel, ids: under})
+	} else if !always {
+		return
+	}
+	if _, ok := x.reuse[d.id]; !ok && !x.own[d.id] {
+		x.reuse[d.id] = rel
+	}
 }
 
 // retainReused retains, under the Writer's lease, every object that the

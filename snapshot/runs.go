@@ -100,11 +100,8 @@ func (c *treeCache) loadRun(d *edir, i int, rel string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Check(t); err != nil {
+	if err := store.CheckRun(d.part.runs, i, t); err != nil {
 		return fmt.Errorf("%q: run %d of tree %s: %w", rel, i, d.id.Short(), err)
-	}
-	if i+1 < len(d.part.runs) && len(t.Entries) > 0 && t.Entries[len(t.Entries)-1].Name >= d.part.runs[i+1].First {
-		return fmt.Errorf("%q: run %d of tree %s reaches past the next run's first name %q: %w", rel, i, d.id.Short(), d.part.runs[i+1].First, store.ErrCorrupt)
 	}
 	d.part.loaded[i] = t
 	c.runsLoaded++
@@ -166,29 +163,9 @@ func (x *treeWriter) writeParts(d *edir, rel string) (store.ID, bool, error) {
 		}
 		names := byRun[i]
 		slices.Sort(names)
-		es := make([]store.TreeEntry, len(names))
-		orig := t.Entries
-		same := len(names) == len(orig)
-		for j, name := range names {
-			e := d.entries[name]
-			es[j] = *e
-			for len(orig) > 0 && orig[0].Name < name {
-				orig = orig[1:]
-			}
-			// As write does: an entry unchanged from the run it came from
-			// is retained through the directory's previous version.
-			if !e.Content.IsZero() && !x.own[e.Content] {
-				if len(orig) > 0 && orig[0].Name == name && orig[0].Content == e.Content {
-					under = append(under, e.Content)
-				} else if _, ok := x.reuse[e.Content]; !ok {
-					x.reuse[e.Content] = joinRel(rel, name)
-				}
-			}
-		}
-		for j := 0; same && j < len(es); j++ {
-			same = sameEntry(&es[j], &t.Entries[j])
-		}
-		if !same {
+		es, unchanged := x.entries(d, names, t.Entries, rel)
+		under = append(under, unchanged...)
+		if !slices.EqualFunc(es, t.Entries, func(a, b store.TreeEntry) bool { return sameEntry(&a, &b) }) {
 			edits = append(edits, store.RunEdit{Run: i, Entries: es})
 		}
 	}
@@ -197,12 +174,7 @@ func (x *treeWriter) writeParts(d *edir, rel string) (store.ID, bool, error) {
 	}
 	// The runs the splice keeps, and the entries above, are covered by
 	// the previous version, which the edit retains.
-	if len(under) > 0 {
-		x.under = append(x.under, underGroup{parent: d.id, rel: rel, ids: under})
-	}
-	if _, ok := x.reuse[d.id]; !ok && !x.own[d.id] {
-		x.reuse[d.id] = rel
-	}
+	x.underPrev(d, rel, under, true)
 	id, err := sp.PutTreeSplice(d.id, edits)
 	if err != nil {
 		return store.ZeroID, false, fmt.Errorf("store tree %q: %w", rel, err)

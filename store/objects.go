@@ -172,7 +172,7 @@ func (tx *Tx) Tree(id ID) (*Tree, error) {
 // run index (kind 6), and true; nil, false, nil when it is a tree or a
 // kind-5 index; ErrNotFound when missing, ErrCorrupt when it does not
 // decode. An editor reads only the runs it needs (Tx.Tree of a run's
-// Tree, checked with TreeRun.Check) and stores the result with
+// Tree, checked with CheckRun) and stores the result with
 // Writer.PutTreeSplice.
 func (tx *Tx) TreeRuns(id ID) ([]TreeRun, bool, error) {
 	// The kind first: a tree's payload is not read twice when the

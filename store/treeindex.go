@@ -127,18 +127,40 @@ type TreeRun struct {
 // Check reports (ErrCorrupt) whether t, read from r.Tree, is the run r
 // describes: same first name, entry count and size.
 func (r TreeRun) Check(t *Tree) error {
-	if len(t.Entries) != r.Entries {
-		return fmt.Errorf("run %s holds %d entries, its index says %d: %w", r.Tree.Short(), len(t.Entries), r.Entries, ErrCorrupt)
-	}
-	if len(t.Entries) > 0 && t.Entries[0].Name != r.First {
-		return fmt.Errorf("run %s starts at %q, its index says %q: %w", r.Tree.Short(), t.Entries[0].Name, r.First, ErrCorrupt)
-	}
 	size := 0
 	for i := range t.Entries {
 		size += entrySize(&t.Entries[i])
 	}
-	if size != r.Size {
-		return fmt.Errorf("run %s encodes to %d bytes of entries, its index says %d: %w", r.Tree.Short(), size, r.Size, ErrCorrupt)
+	first := ""
+	if len(t.Entries) > 0 {
+		first = t.Entries[0].Name
+	}
+	return r.check(len(t.Entries), first, size)
+}
+
+// CheckRun is Check of run i of the index runs, and also that the run
+// ends before the next run's first name: what an editor that reads runs
+// one by one (instead of joining them, as Tx.Tree does) must check.
+func CheckRun(runs []TreeRun, i int, t *Tree) error {
+	if err := runs[i].Check(t); err != nil {
+		return err
+	}
+	if n := len(t.Entries); i+1 < len(runs) && n > 0 && t.Entries[n-1].Name >= runs[i+1].First {
+		return fmt.Errorf("run %s ends at %q, in the next run's range (from %q): %w", runs[i].Tree.Short(), t.Entries[n-1].Name, runs[i+1].First, ErrCorrupt)
+	}
+	return nil
+}
+
+// check reports whether a run read as n entries from first, of size
+// bytes of entries, is the one r describes.
+func (r TreeRun) check(n int, first string, size int) error {
+	switch {
+	case n != r.Entries:
+		return fmt.Errorf("run %s holds %d entries, the index says %d: %w", r.Tree.Short(), n, r.Entries, ErrCorrupt)
+	case n > 0 && first != r.First:
+		return fmt.Errorf("run %s starts at %q, the index says %q: %w", r.Tree.Short(), first, r.First, ErrCorrupt)
+	case size != r.Size:
+		return fmt.Errorf("run %s holds %d bytes of entries, the index says %d: %w", r.Tree.Short(), size, r.Size, ErrCorrupt)
 	}
 	return nil
 }
@@ -200,6 +222,8 @@ func decodeRunIndex(p []byte) ([]TreeRun, int, error) {
 	}
 	runs := make([]TreeRun, 0, n)
 	var sum, size uint64
+	// The smallest entry after a run's first: a one-byte name.
+	other := uint64(entrySize(&TreeEntry{Name: "x"}))
 	for i := 0; i < n && r.err == nil; i++ {
 		first := r.str()
 		c := r.uvarint()
@@ -208,7 +232,6 @@ func decodeRunIndex(p []byte) ([]TreeRun, int, error) {
 		// The smallest entries a run of c entries starting at first can
 		// have: first's, then one-byte names.
 		least := uint64(entrySize(&TreeEntry{Name: first}))
-		other := uint64(entrySize(&TreeEntry{Name: "x"}))
 		switch {
 		case r.err != nil:
 		case ValidateName(first) != nil:
@@ -390,18 +413,16 @@ func joinRuns(ix *dirIndex, payload func(ID) ([]byte, error)) (*Tree, error) {
 			return nil, fmt.Errorf("run %d (%s): %v: %w", i, r.Tree.Short(), err, ErrCorrupt)
 		}
 		n := len(entries) - before
-		if n != r.Entries {
-			return nil, fmt.Errorf("run %d (%s) holds %d entries, the index says %d: %w", i, r.Tree.Short(), n, r.Entries, ErrCorrupt)
+		switch {
+		case ix.kind == KindRunIndex:
+			// n ≥ 1: the decoder refuses empty runs. appendTree read
+			// exactly p: the entries are p but its count.
+			err = r.check(n, entries[before].Name, len(p)-uvarintLen(uint64(n)))
+		case n != r.Entries: // a tree index names counts only
+			err = fmt.Errorf("run %s holds %d entries, the index says %d: %w", r.Tree.Short(), n, r.Entries, ErrCorrupt)
 		}
-		if ix.kind == KindRunIndex {
-			// n ≥ 1: the decoder refuses empty runs.
-			if first := entries[before].Name; first != r.First {
-				return nil, fmt.Errorf("run %d (%s) starts at %q, the index says %q: %w", i, r.Tree.Short(), first, r.First, ErrCorrupt)
-			}
-			// appendTree read exactly p: the entries are p but its count.
-			if size := len(p) - uvarintLen(uint64(n)); size != r.Size {
-				return nil, fmt.Errorf("run %d (%s) holds %d bytes of entries, the index says %d: %w", i, r.Tree.Short(), size, r.Size, ErrCorrupt)
-			}
+		if err != nil {
+			return nil, fmt.Errorf("run %d: %w", i, err)
 		}
 		if before > 0 && n > 0 && entries[before-1].Name >= entries[before].Name {
 			return nil, fmt.Errorf("run %d starts at %q, not after %q: %w", i, entries[before].Name, entries[before-1].Name, ErrCorrupt)

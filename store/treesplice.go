@@ -67,22 +67,10 @@ func (w *Writer) PutTreeSplice(prev ID, edits []RunEdit) (ID, error) {
 	}
 
 	// Decided: nothing below fails on the input.
-	w.mu.Lock()
 	for _, e := range edits {
-		for i := range e.Entries {
-			if c := e.Entries[i].Content; !c.IsZero() {
-				if _, ok := w.known[c]; !ok {
-					w.addExternal(c, ZeroID)
-				}
-			}
-		}
+		w.referEntries(e.Entries, ZeroID)
 	}
-	for _, c := range sp.read {
-		if _, ok := w.known[c]; !ok {
-			w.addExternal(c, prev)
-		}
-	}
-	w.mu.Unlock()
+	w.referIDs(sp.read, prev)
 	if sp.tree != nil {
 		return w.put(KindTree, sp.tree, true)
 	}
@@ -90,20 +78,7 @@ func (w *Writer) PutTreeSplice(prev ID, edits []RunEdit) (ID, error) {
 	for _, r := range runs {
 		shared[r.Tree] = true
 	}
-	for i, r := range sp.runs {
-		if sp.payloads[i] == nil || shared[r.Tree] {
-			w.mu.Lock()
-			if _, ok := w.known[r.Tree]; !ok {
-				w.addExternal(r.Tree, prev)
-			}
-			w.mu.Unlock()
-			continue
-		}
-		if _, err := w.put(KindTree, sp.payloads[i], true); err != nil {
-			return ZeroID, err
-		}
-	}
-	return w.put(KindRunIndex, sp.index, true)
+	return w.putRunIndex(sp.runs, sp.payloads, sp.index, prev, shared)
 }
 
 // readRun reads the entries of one of prev's runs.
@@ -144,11 +119,8 @@ func splice(runs []TreeRun, total int, edits []RunEdit, read func(TreeRun) ([]Tr
 		if err != nil {
 			return nil, err
 		}
-		if err := runs[i].Check(&Tree{Entries: es}); err != nil {
+		if err := CheckRun(runs, i, &Tree{Entries: es}); err != nil {
 			return nil, err
-		}
-		if i+1 < len(runs) && es[len(es)-1].Name >= runs[i+1].First {
-			return nil, fmt.Errorf("run %s ends at %q, in the next run's range: %w", runs[i].Tree.Short(), es[len(es)-1].Name, ErrCorrupt)
 		}
 		for j := range es {
 			if c := es[j].Content; !c.IsZero() {

@@ -816,33 +816,54 @@ func (w *Writer) PutTreeLike(t *Tree, prev ID) (ID, error) {
 	if err != nil {
 		return ZeroID, fmt.Errorf("put tree: %w", err)
 	}
-	w.mu.Lock()
-	for i := range t.Entries {
-		c := t.Entries[i].Content
-		if _, ok := w.known[c]; !ok && !c.IsZero() {
-			w.addExternal(c, ZeroID)
-		}
-	}
-	w.mu.Unlock()
+	w.referEntries(t.Entries, ZeroID)
 	if et.index == nil {
 		return w.put(KindTree, et.tree, true)
 	}
-	shared := w.runsOf(prev)
-	for i, p := range et.runs {
-		id := et.info[i].Tree
-		if shared[id] {
-			w.mu.Lock()
-			if _, ok := w.known[id]; !ok {
-				w.addExternal(id, prev)
-			}
-			w.mu.Unlock()
+	return w.putRunIndex(et.info, et.runs, et.index, prev, w.runsOf(prev))
+}
+
+// putRunIndex buffers a run index and the runs it names whose payloads
+// are given, except those prev shares: a run with no payload (kept from
+// prev) or in shared (prev's runs) is not stored again but covered by
+// prev (addExternal under prev).
+func (w *Writer) putRunIndex(runs []TreeRun, payloads [][]byte, index []byte, prev ID, shared map[ID]bool) (ID, error) {
+	for i, r := range runs {
+		if payloads[i] == nil || shared[r.Tree] {
+			w.referIDs([]ID{r.Tree}, prev)
 			continue
 		}
-		if _, err := w.put(KindTree, p, true); err != nil {
+		if _, err := w.put(KindTree, payloads[i], true); err != nil {
 			return ZeroID, err
 		}
 	}
-	return w.put(KindRunIndex, et.index, true)
+	return w.put(KindRunIndex, index, true)
+}
+
+// referEntries records the contents entries reference, as referIDs does.
+func (w *Writer) referEntries(entries []TreeEntry, under ID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range entries {
+		if c := entries[i].Content; !c.IsZero() {
+			if _, ok := w.known[c]; !ok {
+				w.addExternal(c, under)
+			}
+		}
+	}
+}
+
+// referIDs records ids as referenced by what this Writer puts: those it
+// did not write or retain are checked at Finish (addExternal; under, when
+// not zero, is a directory that covers them).
+func (w *Writer) referIDs(ids []ID, under ID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		if _, ok := w.known[id]; !ok && !id.IsZero() {
+			w.addExternal(id, under)
+		}
+	}
 }
 
 // addExternal records id as referenced and not written by this Writer,
